@@ -1,0 +1,40 @@
+# The two commands that matter: `make run` and `make test`. Both create .venv when it is missing.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.steptp-installed
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+export PREFECT_HOME := $(CURDIR)/.prefect
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export GX_ANALYTICS_ENABLED := false
+export DVC_NO_ANALYTICS := 1
+export OPENBLAS_NUM_THREADS := 1
+
+.PHONY: setup run test test-all bench lint clean
+
+setup: $(STAMP)
+
+# Re-installs only when pyproject.toml changed; torch (CPU build) first, see shared/STACK.md.
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -qq "torch==2.13.0"
+	$(PY) -m pip install -qq -e ".[dev]"
+	@touch $(STAMP)
+
+run: setup
+	$(VENV)/bin/steptp run
+
+test: setup
+	$(PY) -m pytest
+
+test-all: setup
+	$(PY) -m pytest -m ""
+
+bench: setup
+	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

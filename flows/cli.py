@@ -1,0 +1,31 @@
+"""The `steptp` command line (Typer + Rich). Each command group lives in its own module."""
+from __future__ import annotations
+
+import typer
+
+from flows import cli_gpu, cli_leir, cli_lower, cli_translate
+
+app = typer.Typer(
+    name="steptp",
+    help="Step-TP data lake: build, verify and release step-level datasets of LEIR tensor-program "
+         "transformations, and use the toolchain directly (parse, lower, verify, translate).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(cli_leir.app, name="leir")
+cli_lower.register(app)
+cli_gpu.register(app)
+cli_translate.register(app)
+
+
+@app.command()
+def run():
+    """Run the main job on the default profile (for now: check the bundled example programs)."""
+    from flows.demo import run_examples
+
+    raise typer.Exit(run_examples())
+
+
+def main():  # pragma: no cover - console entry point
+    app()

@@ -1,0 +1,307 @@
+"""Facts about a program that everything downstream needs (LEIR.md §4).
+
+- `statement_sites`: every statement with its enclosing loops, in program order;
+- `index_range` / `affine_form`: integer ranges of subscripts over the loop box (exact when affine);
+- `tensor_table`: known tensors from the signature, intermediates with inferred shapes (bounding
+  box of the subscripts that write them), dtypes and scopes;
+- `init_identity` / `implicit_inits`: which statements are reductions with implicit initialisation
+  and from which identity (§4.4);
+- `spatial_axes` / `reduction_axes` per statement, and read/write sets per nest.
+Everything returned is ordered by first occurrence: no set or hash order leaks out.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from leir.ast import Access, BinOp, Call, Loop, Neg, Nest, Num, Program, Stmt, Var, accesses, walk_expr
+from leir.signature import Signature
+
+
+@dataclass(frozen=True, slots=True)
+class StmtSite:
+    """One statement in place: `path` indexes bodies from the top-level nest down to it."""
+
+    order: int                 # position in program order (0-based)
+    nest_index: int            # top-level nest that contains it
+    path: tuple[int, ...]      # body positions below the top-level nest
+    loops: tuple[Loop, ...]    # enclosing loops, outermost first
+    stmt: Stmt
+
+    @property
+    def bounds(self) -> dict[str, tuple[int, int]]:
+        return loop_bounds(self.loops)
+
+
+def statement_sites(program: Program) -> list[StmtSite]:
+    sites: list[StmtSite] = []
+
+    def visit(nest: Nest, top: int, path: tuple[int, ...], outer: tuple[Loop, ...]):
+        loops = outer + nest.loops
+        for i, item in enumerate(nest.body):
+            if isinstance(item, Stmt):
+                sites.append(StmtSite(len(sites), top, path + (i,), loops, item))
+            else:
+                visit(item, top, path + (i,), loops)
+
+    for top, nest in enumerate(program.nests):
+        visit(nest, top, (), ())
+    return sites
+
+
+def iter_nests(program: Program) -> Iterator[tuple[Nest, tuple[Loop, ...]]]:
+    """Every nest (nested ones included) with the loops that enclose it, in program order."""
+    def visit(nest: Nest, outer):
+        yield nest, outer
+        for item in nest.body:
+            if isinstance(item, Nest):
+                yield from visit(item, outer + nest.loops)
+
+    for nest in program.nests:
+        yield from visit(nest, ())
+
+
+def loop_bounds(loops) -> dict[str, tuple[int, int]]:
+    """Inclusive range of each loop variable: [start, start + extent - 1]."""
+    return {lp.var: (lp.start, lp.start + lp.extent - 1) for lp in loops}
+
+
+# --- integer ranges of index expressions -----------------------------------------------------------
+
+def affine_form(expr) -> tuple[dict[str, int], int] | None:
+    """`expr` as ({var: coefficient}, constant) when it is affine in loop variables, else None."""
+    match expr:
+        case Num(value=v) if isinstance(v, int):
+            return {}, v
+        case Var(name=n):
+            return {n: 1}, 0
+        case Neg(operand=a):
+            f = affine_form(a)
+            return None if f is None else ({k: -c for k, c in f[0].items()}, -f[1])
+        case BinOp(op="+" | "-" as op, lhs=a, rhs=b):
+            fa, fb = affine_form(a), affine_form(b)
+            if fa is None or fb is None:
+                return None
+            sign = 1 if op == "+" else -1
+            coeffs = dict(fa[0])
+            for k, c in fb[0].items():
+                coeffs[k] = coeffs.get(k, 0) + sign * c
+            return {k: c for k, c in coeffs.items() if c}, fa[1] + sign * fb[1]
+        case BinOp(op="*", lhs=a, rhs=b):
+            fa, fb = affine_form(a), affine_form(b)
+            if fa is None or fb is None:
+                return None
+            if not fa[0]:
+                fa, fb = fb, fa
+            if fb[0]:
+                return None  # product of two variables
+            k = fb[1]
+            return {v: c * k for v, c in fa[0].items() if c * k}, fa[1] * k
+    return None
+
+
+def index_range(expr, bounds: dict[str, tuple[int, int]]) -> tuple[int, int] | None:
+    """Inclusive integer range of an index expression over the loop box; None when it depends on
+    data (a gather) or on a name without bounds. Exact for affine expressions."""
+    form = affine_form(expr)
+    if form is not None:
+        lo = hi = form[1]
+        for var, c in form[0].items():
+            if var not in bounds:
+                return None
+            vlo, vhi = bounds[var]
+            lo += min(c * vlo, c * vhi)
+            hi += max(c * vlo, c * vhi)
+        return lo, hi
+    match expr:
+        case Neg(operand=a):
+            r = index_range(a, bounds)
+            return None if r is None else (-r[1], -r[0])
+        case BinOp(op=op, lhs=a, rhs=b):
+            ra, rb = index_range(a, bounds), index_range(b, bounds)
+            if ra is None or rb is None:
+                return None
+            return _interval(op, ra, rb)
+    return None
+
+
+def _interval(op, ra, rb):
+    if op == "+":
+        return ra[0] + rb[0], ra[1] + rb[1]
+    if op == "-":
+        return ra[0] - rb[1], ra[1] - rb[0]
+    if op == "*":
+        products = [x * y for x in ra for y in rb]
+        return min(products), max(products)
+    if op == "//" and rb[0] == rb[1] and rb[0] > 0:
+        return ra[0] // rb[0], ra[1] // rb[0]
+    if op == "%" and rb[0] == rb[1] and rb[0] > 0:
+        c = rb[0]
+        if ra[0] // c == ra[1] // c:
+            return ra[0] % c, ra[1] % c
+        return 0, c - 1
+    return None
+
+
+# --- tensors ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    name: str
+    dtype: str                    # LEIR code (f32, ...)
+    scope: str
+    shape: tuple[int, ...] | None  # None when it cannot be inferred (see `shape_problem`)
+    role: str                     # "input", "output" or "intermediate"
+    shape_problem: str = ""
+
+    @property
+    def known(self) -> bool:
+        return self.role != "intermediate"
+
+
+def tensor_order(program: Program) -> list[str]:
+    """Tensor names in order of first occurrence (left-hand side before right-hand side)."""
+    seen: dict[str, None] = {}
+    for site in statement_sites(program):
+        for acc in _stmt_accesses(site.stmt):
+            seen.setdefault(acc.tensor, None)
+    return list(seen)
+
+
+def _stmt_accesses(stmt: Stmt) -> Iterator[Access]:
+    yield from accesses(stmt.lhs)
+    yield from accesses(stmt.rhs)
+
+
+def first_types(program: Program) -> dict[str, tuple[str, str]]:
+    """The (dtype, scope) of each tensor's first access."""
+    out: dict[str, tuple[str, str]] = {}
+    for site in statement_sites(program):
+        for acc in _stmt_accesses(site.stmt):
+            out.setdefault(acc.tensor, (acc.dtype, acc.scope))
+    return out
+
+
+def tensor_table(program: Program, signature: Signature) -> dict[str, TensorInfo]:
+    """Known tensors (signature order) then intermediates (order of first occurrence)."""
+    table = {t.name: TensorInfo(t.name, t.code, "g", t.shape, t.role) for t in signature.tensors}
+    types = first_types(program)
+    writes: dict[str, list[tuple[Access, dict]]] = {}
+    for site in statement_sites(program):
+        writes.setdefault(site.stmt.lhs.tensor, []).append((site.stmt.lhs, site.bounds))
+    for name in tensor_order(program):
+        if name in table:
+            continue
+        dtype, scope = types[name]
+        shape, problem = _written_box(writes.get(name, []))
+        table[name] = TensorInfo(name, dtype, scope, shape, "intermediate", problem)
+    return table
+
+
+def _written_box(writes) -> tuple[tuple[int, ...] | None, str]:
+    if not writes:
+        return None, "never written"
+    ranks = {len(acc.indices) for acc, _ in writes}
+    if len(ranks) > 1:
+        return None, f"written with {sorted(ranks)} subscripts (ranks disagree)"
+    rank = ranks.pop()
+    hi = [-1] * rank
+    for acc, bounds in writes:
+        for d, ix in enumerate(acc.indices):
+            r = index_range(ix, bounds)
+            if r is None:
+                return None, f"subscript {d + 1} of a write depends on data (gather) or an unbound name"
+            if r[0] < 0:
+                return None, f"subscript {d + 1} of a write can be negative ({r[0]})"
+            hi[d] = max(hi[d], r[1])
+    return tuple(h + 1 for h in hi), ""
+
+
+# --- statements: updates, implicit initialisation, axes --------------------------------------------
+
+IDENTITIES = {"+": 0, "-": 0, "*": 1, "max": -math.inf, "min": math.inf}
+
+
+def is_update(stmt: Stmt) -> bool:
+    """The left-hand tensor also occurs on the right-hand side."""
+    return any(a.tensor == stmt.lhs.tensor for a in accesses(stmt.rhs))
+
+
+def reduction_op(stmt: Stmt) -> str | None:
+    """'+', '-', '*', 'max' or 'min' when the right-hand side has the form `X+e`, `X-e`, `X*e`,
+    `max(X,e)` or `min(X,e)` with X written exactly as the left-hand side (the canonical text begins
+    with `X+`, `X-`, `X*`, `max(X,` or `min(X,`)."""
+    x, rhs = stmt.lhs, stmt.rhs
+    if isinstance(rhs, Call) and rhs.fn in ("max", "min") and rhs.args[0] == x:
+        return rhs.fn
+    # Walk the left spine while the text still starts with X: a +/- below a */ would be parenthesised.
+    node, parent_op = rhs, None
+    while isinstance(node, BinOp) and node.op != "**":
+        if parent_op in ("*", "/", "//", "%") and node.op in ("+", "-"):
+            return None
+        parent_op, node = node.op, node.lhs
+        if node == x:
+            return parent_op if parent_op in ("+", "-", "*") else None
+    return None
+
+
+def implicit_inits(program: Program, signature: Signature) -> dict[int, int | float]:
+    """{statement order: identity} for every reduction with implicit initialisation (§4.4): an
+    update of the form above, of a tensor that is not an input and that no earlier statement writes."""
+    inputs = {t.name for t in signature.inputs}
+    written: set[str] = set()
+    out: dict[int, int | float] = {}
+    for site in statement_sites(program):
+        name = site.stmt.lhs.tensor
+        if name not in inputs and name not in written and is_update(site.stmt):
+            op = reduction_op(site.stmt)
+            if op is not None:
+                out[site.order] = IDENTITIES[op]
+        written.add(name)
+    return out
+
+
+def lhs_vars(stmt: Stmt) -> list[str]:
+    seen: dict[str, None] = {}
+    for ix in stmt.lhs.indices:
+        for n in walk_expr(ix):
+            if isinstance(n, Var):
+                seen.setdefault(n.name, None)
+    return list(seen)
+
+
+def spatial_axes(site: StmtSite) -> tuple[str, ...]:
+    """Enclosing loop variables that appear in the left-hand subscript, outermost first."""
+    used = set(lhs_vars(site.stmt))
+    return tuple(lp.var for lp in site.loops if lp.var in used)
+
+
+def reduction_axes(site: StmtSite) -> tuple[str, ...]:
+    used = set(lhs_vars(site.stmt))
+    return tuple(lp.var for lp in site.loops if lp.var not in used)
+
+
+# --- read/write sets -------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class AccessSets:
+    reads: tuple[str, ...]   # tensor names, first occurrence order
+    writes: tuple[str, ...]
+
+
+def nest_access_sets(nest: Nest) -> AccessSets:
+    reads: dict[str, None] = {}
+    writes: dict[str, None] = {}
+    for site in statement_sites(Program((nest,))):
+        writes.setdefault(site.stmt.lhs.tensor, None)
+        for ix in site.stmt.lhs.indices:  # gathers in a write subscript are reads
+            for a in accesses(ix):
+                reads.setdefault(a.tensor, None)
+        for a in accesses(site.stmt.rhs):
+            reads.setdefault(a.tensor, None)
+    return AccessSets(tuple(reads), tuple(writes))
+
+
+def program_access_sets(program: Program) -> list[AccessSets]:
+    return [nest_access_sets(n) for n in program.nests]

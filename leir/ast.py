@@ -1,0 +1,202 @@
+"""LEIR syntax tree: one frozen dataclass per node (LEIR.md §3).
+
+Nodes compare and hash structurally. Value expressions and index expressions share node types; the
+parser only lets integer forms into subscripts. Conditions (`Compare`, `And`, `Or`) appear only as the
+first argument of `if_then_else`.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+LOOP_KINDS = ("L", "P", "V", "U", "B")
+LOOP_KIND_NAMES = {"L": "serial", "P": "parallel", "V": "vectorized", "U": "unrolled", "B": "bound"}
+SCOPES = ("g", "s", "l")
+ARITH_OPS = ("+", "-", "*", "/", "//", "%", "**")
+REL_OPS = ("<", "<=", ">", ">=", "==", "!=")
+UNARY_FNS = ("exp", "log", "sqrt", "abs", "erf")
+BINARY_FNS = ("max", "min")
+
+
+@dataclass(frozen=True, slots=True)
+class Num:
+    """A non-negative literal: int, float or inf (negative values are `Neg(Num(...))`)."""
+
+    value: int | float
+
+    def __post_init__(self):
+        v = self.value
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise TypeError(f"Num needs an int or float, got {type(v).__name__}")
+        if isinstance(v, float) and math.isnan(v):
+            raise ValueError("Num cannot be NaN")
+        if v < 0:
+            raise ValueError("Num is non-negative; write Neg(Num(x)) for a negative literal")
+
+
+@dataclass(frozen=True, slots=True)
+class Var:
+    """A loop index or binding name used as a value (the counter, converted to the LHS dtype)."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """`T^{dtype,scope}_{i,j,...}`; an empty subscript is a 0-d tensor."""
+
+    tensor: str
+    dtype: str
+    scope: str
+    indices: tuple[Expr, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class BinOp:
+    op: str
+    lhs: Expr
+    rhs: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Neg:
+    operand: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """`exp/log/sqrt/abs/erf(x)`, `max/min(x, y)`."""
+
+    fn: str
+    args: tuple[Expr, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Compare:
+    """A comparison chain `e0 op0 e1 op1 e2 ...` (Python meaning)."""
+
+    operands: tuple[Expr, ...]
+    ops: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class And:
+    terms: tuple[Cond, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Or:
+    terms: tuple[Cond, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Select:
+    """`if_then_else(cond, then, otherwise)`."""
+
+    cond: Cond
+    then: Expr
+    otherwise: Expr
+
+
+Expr = Num | Var | Access | BinOp | Neg | Call | Select
+Cond = Compare | And | Or | Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Loop:
+    kind: str
+    extent: int
+    var: str
+    start: int = 0
+
+    @property
+    def is_bound(self) -> bool:
+        return self.kind == "B"
+
+
+@dataclass(frozen=True, slots=True)
+class Stmt:
+    lhs: Access
+    rhs: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Nest:
+    """A perfect loop nest: `loops[0]` is outermost; the body holds statements and nested nests."""
+
+    loops: tuple[Loop, ...]
+    body: tuple[Stmt | Nest, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Program:
+    nests: tuple[Nest, ...] = field(default_factory=tuple)
+
+
+Node = Expr | Compare | And | Or | Loop | Stmt | Nest | Program
+
+
+def children(node) -> tuple:
+    """The direct sub-expressions of an expression or condition node, in source order."""
+    match node:
+        case Access(indices=ix):
+            return ix
+        case BinOp(lhs=a, rhs=b):
+            return (a, b)
+        case Neg(operand=a):
+            return (a,)
+        case Call(args=args):
+            return args
+        case Select(cond=c, then=t, otherwise=o):
+            return (c, t, o)
+        case Compare(operands=ops):
+            return ops
+        case And(terms=ts) | Or(terms=ts):
+            return ts
+    return ()
+
+
+def walk_expr(node) -> Iterator:
+    """Pre-order walk over an expression or condition, subscripts included."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(reversed(children(n)))
+
+
+def accesses(node) -> Iterator[Access]:
+    """Every access in an expression, in source order, including gathers inside subscripts."""
+    for n in walk_expr(node):
+        if isinstance(n, Access):
+            yield n
+
+
+def map_expr(node, fn):
+    """Bottom-up rebuild: `fn` is applied to each node after its children were mapped."""
+    match node:
+        case Access(indices=ix) if ix:
+            node = Access(node.tensor, node.dtype, node.scope, tuple(map_expr(i, fn) for i in ix))
+        case BinOp(op=op, lhs=a, rhs=b):
+            node = BinOp(op, map_expr(a, fn), map_expr(b, fn))
+        case Neg(operand=a):
+            node = Neg(map_expr(a, fn))
+        case Call(fn=f, args=args):
+            node = Call(f, tuple(map_expr(a, fn) for a in args))
+        case Select(cond=c, then=t, otherwise=o):
+            node = Select(map_expr(c, fn), map_expr(t, fn), map_expr(o, fn))
+        case Compare(operands=ops, ops=rels):
+            node = Compare(tuple(map_expr(a, fn) for a in ops), rels)
+        case And(terms=ts):
+            node = And(tuple(map_expr(t, fn) for t in ts))
+        case Or(terms=ts):
+            node = Or(tuple(map_expr(t, fn) for t in ts))
+    return fn(node)
+
+
+def map_stmt(stmt: Stmt, fn) -> Stmt:
+    lhs = map_expr(stmt.lhs, fn)
+    if not isinstance(lhs, Access):
+        raise TypeError("a statement's left-hand side must stay an access")
+    return Stmt(lhs, map_expr(stmt.rhs, fn))
