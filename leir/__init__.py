@@ -3,7 +3,20 @@
 This package imports nothing else of the project (shared/DESIGN.md); only `leir.lower*` imports TVM.
 """
 from leir.ast import (
-    Access, And, BinOp, Call, Compare, Loop, Neg, Nest, Num, Or, Program, Select, Stmt, Var,
+    Access,
+    And,
+    BinOp,
+    Call,
+    Compare,
+    Loop,
+    Neg,
+    Nest,
+    Num,
+    Or,
+    Program,
+    Select,
+    Stmt,
+    Var,
 )
 from leir.errors import LeirError, LeirSyntaxError, SignatureError
 from leir.parse import parse_expr, parse_program

@@ -30,6 +30,6 @@ class SignatureError(LeirError):
 def _one_of(items: list[str]) -> str:
     if len(items) == 1:
         return items[0]
-    if len(items) <= 8:
+    if len(items) <= 24:
         return "one of " + ", ".join(items)
-    return "one of " + ", ".join(items[:8]) + f", ... ({len(items)} in all)"
+    return "one of " + ", ".join(items[:24]) + f", ... ({len(items)} in all)"

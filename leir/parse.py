@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from functools import lru_cache
+from functools import cache
 from importlib.resources import files
 
 from lark import Lark, Token, Transformer
@@ -21,7 +21,20 @@ from lark.lexer import Lexer
 from lark.parsers.lalr_analysis import Shift
 
 from leir.ast import (
-    Access, And, BinOp, Call, Compare, Loop, Neg, Nest, Num, Or, Program, Select, Stmt, Var,
+    Access,
+    And,
+    BinOp,
+    Call,
+    Compare,
+    Loop,
+    Neg,
+    Nest,
+    Num,
+    Or,
+    Program,
+    Select,
+    Stmt,
+    Var,
 )
 from leir.dtypes import DTYPE_CODES
 from leir.errors import LeirSyntaxError
@@ -32,6 +45,7 @@ _TERMINAL_NAMES = {
     "INT": "an integer", "DECIMAL": "a number", "RELOP": "a comparison", "INF": "'inf'",
     "SELECT": "'if_then_else'", "POW": "'**'", "FDIV": "'//'", "ADD": "'+'", "SUB": "'-'",
     "MUL": "'*'", "DIV": "'/'", "MOD": "'%'", "$END": "end of input",
+    **{fn.upper(): repr(fn) for fn in ("exp", "log", "sqrt", "abs", "erf", "max", "min")},
 }
 _SCOPES = ("g", "s", "l")
 
@@ -47,8 +61,8 @@ class _Build(Transformer):
         return Nest(loops, tuple(items[len(loops):]))
 
     def loop(self, c):
-        if len(c) == 1:  # fast path: one LOOP token whose value the lexer already split
-            return c[0].value
+        if len(c) == 1:  # fast path: the lexer already made the Loop
+            return c[0]
         kind, extent, var, start = c
         return Loop(str(kind), int(extent), str(var), int(start))
 
@@ -56,12 +70,13 @@ class _Build(Transformer):
         return Stmt(c[0], c[1])
 
     def access(self, c):
-        if c[1].type == "TYPE":  # fast path
-            (dtype, scope), rest = c[1].value, c[2:]
-        else:
-            dtype, scope, rest = c[1], c[2], c[3:]
-            _check_type(dtype, scope)
-        return Access(str(c[0]), str(dtype), str(scope), rest[0] if rest else ())
+        head = c[0]
+        if isinstance(head, tuple):  # fast path: `A^{f64,g}` or `A^{f64,g}_{` was one token
+            name, dtype, scope = head
+            return Access(name, dtype, scope, tuple(c[1:]))
+        dtype, scope, rest = c[1], c[2], c[3:]
+        _check_type(dtype, scope)
+        return Access(str(head), str(dtype), str(scope), rest[0] if rest else ())
 
     def subscript(self, c):
         return tuple(c)
@@ -135,65 +150,36 @@ class _FastPathFailed(Exception):
 
 _FAST_RULES = {
     'loop: KIND "^" "{" INT "}" "_" "{" LNAME "=" INT "}"': "loop: LOOP",
-    'access: TNAME "^" "{" LNAME "," LNAME "}" subscript?': "access: TNAME TYPE subscript?",
-    'subscript: "_" "{" iexpr ("," iexpr)* "}"': 'subscript: _SUBOPEN iexpr ("," iexpr)* "}"',
+    'access: TNAME "^" "{" LNAME "," LNAME "}" subscript?':
+        'access: ACCESS | ACCESS_OPEN iexpr ("," iexpr)* "}"',
+    'subscript: "_" "{" iexpr ("," iexpr)* "}"': "",
 }
-_FAST_TERMINALS = "\n%declare LOOP TYPE _SUBOPEN\n"
+_FAST_TERMINALS = "\n%declare LOOP ACCESS ACCESS_OPEN\n"
 
+# Alternatives ordered by how often they occur in canonical text; overlapping prefixes (DECIMAL/INT,
+# '**'/'*', '//'/'/', '<='/'<') are ordered longest first.
 _TOKEN_RE = re.compile(r"""
-    (?P<WS>\s+)
-  | (?P<LOOP>(?P<lk>[LPVUB])\s*\^\s*\{\s*(?P<le>\d+)\s*\}\s*_\s*\{\s*(?P<lv>[a-z][a-z0-9]*)\s*=\s*(?P<ls>\d+)\s*\})
-  | (?P<TYPE>\^\s*\{\s*(?P<td>[a-z][a-z0-9]*)\s*,\s*(?P<ts>[a-z][a-z0-9]*)\s*\})
-  | (?P<_SUBOPEN>_\s*\{)
+    (?P<ACCESS>(?P<an>[ACD-KM-OQ-SW-Z][a-z]*)\s*\^\s*\{\s*(?P<ad>[a-z][a-z0-9]*)\s*,\s*(?P<as>[a-z][a-z0-9]*)\s*\}(?P<ao>\s*_\s*\{)?)
+  | (?P<OP>\*\*|//|[-+*/%()\[\]{}=,;&|])
+  | (?P<WORD>if_then_else(?![a-z0-9_])|[a-z][a-z0-9]*)
   | (?P<DECIMAL>\d+\.\d+(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)
   | (?P<INT>\d+)
-  | (?P<WORD>if_then_else(?![a-z0-9_])|[a-z][a-z0-9]*)
-  | (?P<UPPER>[ACD-KM-OQ-SW-Z][a-z]*)
+  | (?P<LOOP>(?P<lk>[LPVUB])\s*\^\s*\{\s*(?P<le>\d+)\s*\}\s*_\s*\{\s*(?P<lv>[a-z][a-z0-9]*)\s*=\s*(?P<ls>\d+)\s*\})
   | (?P<RELOP><=|>=|==|!=|<|>)
-  | (?P<OP>\*\*|//|[-+*/%()\[\]{}=,;&|])
+  | (?P<WS>\s+)
 """, re.VERBOSE)
-_NEW_TOKEN = str.__new__
 
 
-class _FastLexer(Lexer):
+class _UnusedLexer(Lexer):
+    """Lark needs a lexer to build the fast grammar's tables; `_FastTables.parse` lexes itself."""
+
     __future_interface__ = 1
 
     def __init__(self, lexer_conf):
-        literals = {t.pattern.value: t.name for t in lexer_conf.terminals if t.pattern.type == "str"}
-        self._words = {w: literals[w] for w in ("exp", "log", "sqrt", "abs", "erf", "max", "min", "inf",
-                                                 "if_then_else") if w in literals}
-        self._ops = {op: literals[op] for op in ("-", "+", "*", "/", "%", "(", ")", "[", "]", "}", "=",
-                                                 ",", ";", "&", "|", "**", "//") if op in literals}
+        pass
 
     def lex(self, lexer_state, parser_state):
-        text = lexer_state.text
-        text = getattr(text, "text", text)
-        words, ops, n, match = self._words, self._ops, len(text), _TOKEN_RE.match
-        pos = 0
-        while pos < n:
-            m = match(text, pos)
-            if m is None:
-                raise _FastPathFailed
-            kind, pos = m.lastgroup, m.end()
-            value = m.group(kind)
-            if kind == "WS":
-                continue
-            tok = _NEW_TOKEN(Token, value)
-            if kind == "WORD":
-                kind = words.get(value, "LNAME")
-            elif kind == "OP":
-                kind = ops[value]
-            elif kind == "UPPER":
-                kind = "TNAME"
-            elif kind == "LOOP":
-                value = Loop(m.group("lk"), int(m.group("le")), m.group("lv"), int(m.group("ls")))
-            elif kind == "TYPE":
-                value = (m.group("td"), m.group("ts"))
-                if value[0] not in DTYPE_CODES or value[1] not in _SCOPES:
-                    raise _FastPathFailed
-            tok.type, tok.value = kind, value
-            tok.start_pos = tok.line = tok.column = tok.end_line = tok.end_column = tok.end_pos = None
-            yield tok
+        raise NotImplementedError
 
 
 def _grammar_text() -> str:
@@ -202,80 +188,105 @@ def _grammar_text() -> str:
 
 class _FastTables:
     """Lark's LALR table for the fast grammar, flattened so that the driver loop does only str-keyed
-    dict look-ups (Lark's own loop hashes Rule objects at every reduction)."""
+    dict look-ups (Lark's own loop hashes Rule objects at every reduction). Unit reductions of
+    inlined `?rule`s (expr -> term -> factor -> ...) pass their value through without a call."""
 
     def __init__(self, lark: Lark, start: str):
         inner = lark.parser.parser.parser
         table, callbacks = inner.parse_table, inner.callbacks
-        self.lexer = _FastLexer(lark.lexer_conf)
+        literals = {t.pattern.value: t.name for t in lark.terminals if t.pattern.type == "str"}
+        self.words = {w: literals[w] for w in ("exp", "log", "sqrt", "abs", "erf", "max", "min", "inf",
+                                                "if_then_else") if w in literals}
+        self.ops = {op: literals[op] for op in ("-", "+", "*", "/", "%", "(", ")", "[", "]", "}", "=", ",",
+                                                ";", "&", "|", "**", "//") if op in literals}
         self.start_state, self.end_state = table.start_states[start], table.end_states[start]
         reductions: dict[int, tuple] = {}
         self.states: dict[int, dict[str, tuple]] = {}
         for state, actions in table.states.items():
             row = {}
-            for symbol, (action, arg) in actions.items():
+            for symbol, (action, rule) in actions.items():
                 if action is Shift:
-                    row[str(symbol)] = (True, arg)
-                else:
-                    key = id(arg)
-                    if key not in reductions:
-                        reductions[key] = (len(arg.expansion), str(arg.origin.name), callbacks[arg])
-                    row[str(symbol)] = (False, reductions[key])
+                    row[str(symbol)] = (True, rule)
+                    continue
+                if id(rule) not in reductions:
+                    unit = len(rule.expansion) == 1 and rule.options.expand1 and rule.alias is None
+                    reductions[id(rule)] = (len(rule.expansion), str(rule.origin.name),
+                                            None if unit else callbacks[rule])
+                row[str(symbol)] = (False, reductions[id(rule)])
             self.states[state] = row
 
     def parse(self, text: str):
+        """Lex and parse in one loop. Token values are plain str, except a loop header (a Loop) and
+        an access head (a (tensor, dtype, scope) tuple), which the transformer recognises."""
         states, stack, values = self.states, [self.start_state], []
-        for tok in self.lexer.lex(_Text(text), None):
-            ttype = tok.type
+        words, ops, match, n, pos = self.words, self.ops, _TOKEN_RE.match, len(text), 0
+        while True:
+            if pos < n:
+                m = match(text, pos)
+                if m is None:
+                    raise _FastPathFailed
+                kind, pos = m.lastgroup, m.end()
+                if kind == "OP":
+                    value = m.group()
+                    kind = ops.get(value)
+                    if kind is None:  # '{' outside a loop header or an access: the spec parser explains
+                        raise _FastPathFailed
+                elif kind == "ACCESS":
+                    value = m.group("an", "ad", "as")
+                    if value[1] not in DTYPE_CODES or value[2] not in _SCOPES:
+                        raise _FastPathFailed
+                    if m.group("ao") is not None:
+                        kind = "ACCESS_OPEN"
+                elif kind == "WORD":
+                    value = m.group()
+                    kind = words.get(value, "LNAME")
+                elif kind == "LOOP":
+                    value = Loop(m.group("lk"), int(m.group("le")), m.group("lv"), int(m.group("ls")))
+                elif kind == "WS":
+                    continue
+                else:
+                    value = m.group()
+            else:
+                kind = value = "$END"
             while True:
-                entry = states[stack[-1]].get(ttype)
+                entry = states[stack[-1]].get(kind)
                 if entry is None:
                     raise _FastPathFailed
                 if entry[0]:
+                    if kind == "$END":
+                        raise _FastPathFailed
                     stack.append(entry[1])
-                    values.append(tok)
+                    values.append(value)
                     break
-                self._reduce(entry[1], stack, values)
-        while True:
-            entry = states[stack[-1]].get("$END")
-            if entry is None or entry[0]:
-                raise _FastPathFailed
-            self._reduce(entry[1], stack, values)
-            if stack[-1] == self.end_state:
-                return values[-1]
-
-    def _reduce(self, reduction, stack, values):
-        size, origin, callback = reduction
-        if size:
-            args = values[-size:]
-            del stack[-size:]
-            del values[-size:]
-        else:
-            args = []
-        values.append(callback(args))
-        stack.append(self.states[stack[-1]][origin][1])
+                size, origin, callback = entry[1]
+                if callback is None:  # unit pass-through: the value stays, only the state changes
+                    stack[-1] = states[stack[-2]][origin][1]
+                else:
+                    if size:
+                        args = values[-size:]
+                        del stack[-size:]
+                        del values[-size:]
+                    else:
+                        args = []
+                    values.append(callback(args))
+                    stack.append(states[stack[-1]][origin][1])
+                if kind == "$END" and stack[-1] == self.end_state:
+                    return values[-1]
 
 
-class _Text:
-    __slots__ = ("text",)
-
-    def __init__(self, text):
-        self.text = text
-
-
-@lru_cache(maxsize=None)
+@cache
 def _fast_parser(start: str) -> _FastTables:
     grammar = _grammar_text()
     for rule, fast in _FAST_RULES.items():
         if rule not in grammar:
             raise AssertionError(f"grammar.lark no longer has the rule {rule!r}")
         grammar = grammar.replace(rule, fast)
-    lark = Lark(grammar + _FAST_TERMINALS, parser="lalr", lexer=_FastLexer, start=start,
+    lark = Lark(grammar + _FAST_TERMINALS, parser="lalr", lexer=_UnusedLexer, start=start,
                 transformer=_Build(), maybe_placeholders=False)
     return _FastTables(lark, start)
 
 
-@lru_cache(maxsize=None)
+@cache
 def spec_parser(start: str = "start") -> Lark:
     """The grammar exactly as written, with Lark's own lexer (the language's definition)."""
     return Lark(_grammar_text(), parser="lalr", lexer="contextual", start=start, transformer=_Build(),
@@ -317,13 +328,22 @@ def parse_with_spec(text: str, start: str = "start"):
 
 def _syntax_error(parser: Lark, text: str, e: UnexpectedInput) -> LeirSyntaxError:
     if isinstance(e, UnexpectedToken) and e.token.type != "$END":
-        return LeirSyntaxError(e.line, e.column, repr(str(e.token)), _describe(parser, e.expected))
+        return LeirSyntaxError(e.line, e.column, repr(str(e.token)), _describe(parser, _accepted(e)))
     if isinstance(e, UnexpectedCharacters):
-        return LeirSyntaxError(e.line, e.column, repr(e.char), _describe(parser, e.allowed or ()))
+        return LeirSyntaxError(e.line, e.column, repr(e.char), _describe(parser, _accepted(e)))
     if isinstance(e, UnexpectedToken | UnexpectedEOF):
         lines = text.split("\n")
-        return LeirSyntaxError(len(lines), len(lines[-1]) + 1, "end of input", _describe(parser, e.expected))
+        return LeirSyntaxError(len(lines), len(lines[-1]) + 1, "end of input", _describe(parser, _accepted(e)))
     return LeirSyntaxError(getattr(e, "line", 1), getattr(e, "column", 1), "input", [], str(e))
+
+
+def _accepted(e: UnexpectedInput):
+    """Every terminal the parser state accepts (Lark's own list folds keywords into LNAME)."""
+    state = getattr(e, "state", None)
+    try:
+        return [k for k in state.parse_conf.states[state.position] if k.isupper()]
+    except AttributeError:
+        return getattr(e, "expected", None) or getattr(e, "allowed", None) or ()
 
 
 def _describe(parser: Lark, names) -> list[str]:

@@ -2,7 +2,20 @@
 from __future__ import annotations
 
 from leir.ast import (
-    Access, And, BinOp, Call, Compare, Loop, Neg, Nest, Num, Or, Program, Select, Stmt, Var,
+    Access,
+    And,
+    BinOp,
+    Call,
+    Compare,
+    Loop,
+    Neg,
+    Nest,
+    Num,
+    Or,
+    Program,
+    Select,
+    Stmt,
+    Var,
 )
 
 _PREC = {"+": 10, "-": 10, "*": 20, "/": 20, "//": 20, "%": 20, "**": 40}

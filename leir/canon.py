@@ -1,0 +1,101 @@
+"""Canonical names and the alpha-equivalence hash (LEIR.md §7).
+
+Two programs that differ only in the names of fresh intermediates and loop indices have the same
+canonical form and hash. Known tensors keep their names (the signature fixes them); binding names
+keep their axis (`tx`, `by`, ...), only their suffixes are renumbered.
+"""
+from __future__ import annotations
+
+import hashlib
+
+from leir.analysis import statement_sites, tensor_order
+from leir.ast import Access, Loop, Nest, Program, Stmt, Var, accesses, map_stmt
+from leir.names import index_names, is_bind_name, tensor_names
+from leir.printer import format_program
+from leir.signature import Signature
+
+
+def known_tensors(program: Program, signature: Signature | None = None) -> list[str]:
+    """The signature's names; without a signature, the tensors that are never written (inputs) or
+    written but never read (outputs)."""
+    if signature is not None:
+        return list(signature.names)
+    written, read = set(), set()
+    for site in statement_sites(program):
+        written.add(site.stmt.lhs.tensor)
+        for ix in site.stmt.lhs.indices:
+            read.update(a.tensor for a in accesses(ix))
+        read.update(a.tensor for a in accesses(site.stmt.rhs))
+    return [n for n in tensor_order(program) if n not in written or n not in read]
+
+
+def canonical_names(program: Program, signature: Signature | None = None) -> Program:
+    """Rename intermediates (first occurrence order, skipping known names) and loop indices (per
+    top-level nest, outermost first) to the start of their sequences."""
+    known = known_tensors(program, signature)
+    fresh = (n for n in tensor_names() if n not in known)
+    tensor_map = {n: n for n in known}
+    for name in tensor_order(program):
+        if name not in tensor_map:
+            tensor_map[name] = next(fresh)
+    return Program(tuple(_rename_nest(n, {}, tensor_map, _IndexAllocator()) for n in program.nests))
+
+
+class _IndexAllocator:
+    def __init__(self):
+        self._indices = index_names()
+        self._bind_counts: dict[str, int] = {}
+
+    def fresh(self, old: str) -> str:
+        if is_bind_name(old):
+            prefix = old[:2]
+            k = self._bind_counts.get(prefix, 0)
+            self._bind_counts[prefix] = k + 1
+            if k == 0:
+                return prefix
+            suffixes = index_names()
+            for _ in range(k - 1):
+                next(suffixes)
+            return prefix + next(suffixes)
+        return next(self._indices)
+
+
+def _rename_nest(nest: Nest, outer: dict[str, str], tensors: dict[str, str], alloc: _IndexAllocator) -> Nest:
+    var_map = dict(outer)
+    loops = []
+    for lp in nest.loops:
+        var_map[lp.var] = alloc.fresh(lp.var)
+        loops.append(Loop(lp.kind, lp.extent, var_map[lp.var], lp.start))
+
+    def rename(node):
+        if isinstance(node, Var):
+            return Var(var_map.get(node.name, node.name))
+        if isinstance(node, Access):
+            return Access(tensors.get(node.tensor, node.tensor), node.dtype, node.scope, node.indices)
+        return node
+
+    body = []
+    for item in nest.body:
+        if isinstance(item, Stmt):
+            body.append(map_stmt(item, rename))
+        else:
+            body.append(_rename_nest(item, var_map, tensors, alloc))
+    return Nest(tuple(loops), tuple(body))
+
+
+def canonical_text(program: Program, signature: Signature | None = None) -> str:
+    return format_program(canonical_names(program, signature))
+
+
+def alpha_hash(program: Program, signature: Signature | None = None) -> str:
+    """sha256 (hex) of the canonical text: equal for alpha-equivalent programs."""
+    return hashlib.sha256(canonical_text(program, signature).encode()).hexdigest()
+
+
+def program_id(program: Program, signature: Signature) -> str:
+    """Key of the `programs` table: canonical LEIR plus the signature (16 hex digits)."""
+    text = canonical_text(program, signature) + "\n" + signature.dumps()
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+__all__ = ["known_tensors", "canonical_names", "canonical_text", "alpha_hash", "program_id"]

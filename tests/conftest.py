@@ -1,0 +1,21 @@
+"""Shared fixtures: the golden example programs (a copy of shared/examples/programs.jsonl)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+
+
+def load_examples() -> list[dict]:
+    return [json.loads(line) for line in (DATA / "programs.jsonl").read_text().splitlines() if line.strip()]
+
+
+EXAMPLES = load_examples()
+
+
+@pytest.fixture(params=EXAMPLES, ids=[e["name"] for e in EXAMPLES])
+def example(request) -> dict:
+    return request.param
