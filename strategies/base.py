@@ -1,0 +1,183 @@
+"""The strategy framework: one class per atomic strategy, registered by name (xDSL-style passes).
+
+A strategy enumerates its *sites* in a deterministic order, the meaningful *parameters* at each site,
+and *rewrites* the tree, raising `Illegal` with the reason when a legality check fails. The base
+class turns that into `Transformation` records and drops rewrites whose result is alpha-equivalent
+to the input (a "transformation" that only renames or reprints is not a step).
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, ClassVar
+
+from leir.analysis import StmtSite, implicit_inits, statement_sites, tensor_table
+from leir.ast import Program
+from leir.canon import alpha_hash
+from leir.printer import format_program
+from leir.signature import Signature
+
+LEVELS = ("graph", "operator", "memory", "mathematical")
+EXACTNESS = ("exact", "reassociating")
+TARGETS = ("llvm", "cuda")
+
+
+class Illegal(Exception):
+    """A rewrite that would change the program's meaning (or cannot be expressed): the reason."""
+
+
+@dataclass(frozen=True)
+class Context:
+    """The program a strategy works on, its signature and the target; analyses computed once."""
+
+    program: Program
+    signature: Signature
+    target: str = "llvm"
+
+    def __post_init__(self):
+        if self.target not in TARGETS:
+            raise ValueError(f"target must be one of {', '.join(TARGETS)}, got {self.target!r}")
+
+    @cached_property
+    def sites(self) -> list[StmtSite]:
+        return statement_sites(self.program)
+
+    @cached_property
+    def tensors(self):
+        return tensor_table(self.program, self.signature)
+
+    @cached_property
+    def inits(self) -> dict[int, int | float]:
+        return implicit_inits(self.program, self.signature)
+
+    @cached_property
+    def alpha(self) -> str:
+        return alpha_hash(self.program, self.signature)
+
+    @property
+    def gpu(self) -> bool:
+        return self.target == "cuda"
+
+    def with_program(self, program: Program) -> Context:
+        return Context(program, self.signature, self.target)
+
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    """Where a strategy applies. `nest` is the top-level nest (0-based); `path` the body positions
+    below it; `loops`, `stmts` (program order) and `tensors` name what is involved."""
+
+    nest: int
+    path: tuple[int, ...] = ()
+    loops: tuple[str, ...] = ()
+    stmts: tuple[int, ...] = ()
+    tensors: tuple[str, ...] = ()
+    extra: tuple[tuple[str, Any], ...] = ()
+
+    def to_json(self) -> dict:
+        out: dict[str, Any] = {"nest": self.nest}
+        for key in ("path", "loops", "stmts", "tensors"):
+            value = getattr(self, key)
+            if value:
+                out[key] = list(value)
+        out.update(dict(self.extra))
+        return out
+
+    def describe(self) -> str:
+        parts = [f"nest {self.nest + 1}"]
+        if self.loops:
+            parts.append("loop" + ("s " if len(self.loops) > 1 else " ") + ", ".join(self.loops))
+        if self.stmts:
+            parts.append("statement" + ("s " if len(self.stmts) > 1 else " ")
+                         + ", ".join(str(s + 1) for s in self.stmts))
+        if self.tensors:
+            parts.append("tensor" + ("s " if len(self.tensors) > 1 else " ") + ", ".join(self.tensors))
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """What `Strategy.rewrite` returns: the new program, the legality facts that were checked, and
+    why the step can pay off here (with this program's numbers)."""
+
+    program: Program
+    facts: tuple[str, ...] = ()
+    effect: str = ""
+
+
+@dataclass(frozen=True)
+class Transformation:
+    strategy: str
+    level: str
+    exactness: str
+    site: Site
+    params: dict = field(hash=False)
+    before: Program = field(repr=False)
+    after: Program = field(repr=False)
+    facts: tuple[str, ...] = ()
+    effect: str = ""
+
+    @property
+    def before_text(self) -> str:
+        return format_program(self.before)
+
+    @property
+    def after_text(self) -> str:
+        return format_program(self.after)
+
+    def params_json(self) -> str:
+        return json.dumps(self.params, sort_keys=True, separators=(",", ":"))
+
+    def to_json(self) -> dict:
+        return {"strategy": self.strategy, "level": self.level, "exactness": self.exactness,
+                "site": self.site.to_json(), "params": self.params, "after": self.after_text,
+                "facts": list(self.facts), "effect": self.effect}
+
+
+class Strategy:
+    name: ClassVar[str]
+    level: ClassVar[str]
+    exactness: ClassVar[str]
+    description: ClassVar[str]
+
+    def sites(self, ctx: Context) -> Iterable[Site]:
+        """Candidate sites, in a deterministic order (program order, outer loops first)."""
+        raise NotImplementedError
+
+    def parameters(self, ctx: Context, site: Site) -> Iterable[dict]:
+        """The meaningful parameter variants at a site (JSON-able dicts), deterministic order."""
+        yield {}
+
+    def rewrite(self, ctx: Context, site: Site, params: dict) -> Rewrite:
+        """The rewritten program; raise `Illegal(reason)` when the step is not legal here."""
+        raise NotImplementedError
+
+    def transformations(self, ctx: Context, limit: int | None = None) -> Iterator[Transformation]:
+        count = 0
+        for site in self.sites(ctx):
+            for params in self.parameters(ctx, site):
+                t = self.apply(ctx, site, params)
+                if t is None:
+                    continue
+                yield t
+                count += 1
+                if limit is not None and count >= limit:
+                    return
+
+    def apply(self, ctx: Context, site: Site, params: dict) -> Transformation | None:
+        """One transformation, or None when illegal or when the result is alpha-equivalent."""
+        try:
+            rw = self.rewrite(ctx, site, params)
+        except Illegal:
+            return None
+        if alpha_hash(rw.program, ctx.signature) == ctx.alpha:
+            return None
+        return Transformation(self.name, self.level, self.exactness, site, dict(params), ctx.program,
+                              rw.program, tuple(rw.facts), rw.effect)
+
+    def legal_sites(self, ctx: Context) -> list[Site]:
+        """Sites with at least one legal, non-trivial parameter variant."""
+        return [s for s in self.sites(ctx)
+                if any(self.apply(ctx, s, p) is not None for p in self.parameters(ctx, s))]

@@ -1,0 +1,71 @@
+"""Tree edits shared by the strategies: address items by (nest, path), replace them, substitute
+variables. Everything works on the AST; nothing here touches text."""
+from __future__ import annotations
+
+from leir.ast import Access, Loop, Nest, Program, Stmt, Var, map_expr, map_stmt
+
+
+def get_item(program: Program, nest: int, path: tuple[int, ...] = ()) -> Nest | Stmt:
+    item: Nest | Stmt = program.nests[nest]
+    for i in path:
+        if not isinstance(item, Nest):
+            raise IndexError(f"path {path} goes through a statement")
+        item = item.body[i]
+    return item
+
+
+def replace_item(program: Program, nest: int, path: tuple[int, ...], new: tuple[Nest | Stmt, ...]) -> Program:
+    """Replace the item at (nest, path) by zero or more items (top level: nests only)."""
+    if not path:
+        if not all(isinstance(n, Nest) for n in new):
+            raise TypeError("only nests can stand at the top level")
+        return Program(program.nests[:nest] + tuple(new) + program.nests[nest + 1:])
+
+    def rebuild(item: Nest, rest: tuple[int, ...]) -> Nest:
+        i = rest[0]
+        if len(rest) == 1:
+            body = item.body[:i] + tuple(new) + item.body[i + 1:]
+        else:
+            body = item.body[:i] + (rebuild(item.body[i], rest[1:]),) + item.body[i + 1:]
+        return Nest(item.loops, body)
+
+    return Program(program.nests[:nest] + (rebuild(program.nests[nest], path),) + program.nests[nest + 1:])
+
+
+def map_nest_stmts(nest: Nest, fn) -> Nest:
+    """Apply `fn(stmt) -> stmt` to every statement of a nest, nested nests included."""
+    return Nest(nest.loops, tuple(fn(i) if isinstance(i, Stmt) else map_nest_stmts(i, fn) for i in nest.body))
+
+
+def substitute_vars(expr, mapping: dict[str, object]):
+    """Replace loop variables by expressions (`{"a": BinOp("*", Var("g"), Num(4))}`)."""
+    return map_expr(expr, lambda n: mapping.get(n.name, n) if isinstance(n, Var) else n)
+
+
+def rename_vars_in_nest(nest: Nest, mapping: dict[str, str]) -> Nest:
+    loops = tuple(Loop(lp.kind, lp.extent, mapping.get(lp.var, lp.var), lp.start) for lp in nest.loops)
+    renamed = map_nest_stmts(Nest(loops, nest.body),
+                             lambda s: map_stmt(s, lambda n: Var(mapping.get(n.name, n.name))
+                                                if isinstance(n, Var) else n))
+    return renamed
+
+
+def rename_tensor(node, old: str, new: str, dtype: str | None = None, scope: str | None = None):
+    """Rename a tensor in an expression (optionally changing its dtype/scope superscript)."""
+    def fn(n):
+        if isinstance(n, Access) and n.tensor == old:
+            return Access(new, dtype or n.dtype, scope or n.scope, n.indices)
+        return n
+    return map_expr(node, fn)
+
+
+def changed_nests(before: Program, after: Program) -> tuple[range, range]:
+    """The top-level nest ranges that differ (common prefix and suffix removed)."""
+    b, a = before.nests, after.nests
+    start = 0
+    while start < min(len(b), len(a)) and b[start] == a[start]:
+        start += 1
+    end_b, end_a = len(b), len(a)
+    while end_b > start and end_a > start and b[end_b - 1] == a[end_a - 1]:
+        end_b, end_a = end_b - 1, end_a - 1
+    return range(start, end_b), range(start, end_a)

@@ -1,0 +1,92 @@
+"""The strategy framework: registry, records, alpha-equivalence rejection, CoT format."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from strategy_cases import assert_golden, ctx, sig
+
+from strategies.base import Illegal, Rewrite, Site, Strategy
+from strategies.cot import answer, multi_answer, prompt
+from strategies.registry import ALL_NAMES, LEVEL_OF, STRATEGY_NAMES, get, register
+
+MATMUL_SIG = sig(("A", [4, 6], "float64", "input"), ("C", [6, 5], "float64", "input"), ("D", [4, 5], "float64", "output"))
+MATMUL = "B^{4}_{tx=0}L^{5}_{a=0}L^{6}_{c=0}[D^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}+A^{f64,g}_{tx,c}*C^{f64,g}_{c,a};];"
+
+
+def test_the_43_published_names_by_level():
+    assert [len(STRATEGY_NAMES[lv]) for lv in ("graph", "operator", "memory", "mathematical")] == [9, 9, 5, 20]
+    assert len(set(ALL_NAMES)) == 43 and LEVEL_OF["online_softmax"] == "mathematical"
+
+
+def test_register_rejects_unknown_names_and_wrong_levels():
+    class Bogus(Strategy):
+        name, level, exactness, description = "loop_magic", "operator", "exact", ""
+
+    class WrongLevel(Strategy):
+        name, level, exactness, description = "loop_split", "graph", "exact", ""
+
+    with pytest.raises(ValueError, match="not one of the 43"):
+        register(Bogus)
+    with pytest.raises(ValueError, match="the published data says 'operator'"):
+        register(WrongLevel)
+    with pytest.raises(KeyError, match="unknown strategy"):
+        get("loop_magic")
+
+
+def test_alpha_equivalent_results_are_not_transformations():
+    class Renamer(Strategy):  # not registered: renames the loop index only
+        name, level, exactness, description = "loop_split", "operator", "exact", ""
+
+        def sites(self, c):
+            yield Site(0)
+
+        def rewrite(self, c, site, params):
+            from strategies.tree import rename_vars_in_nest
+            return Rewrite(c.program.__class__((rename_vars_in_nest(c.program.nests[0], {"c": "k"}),)))
+
+    assert list(Renamer().transformations(ctx(MATMUL, MATMUL_SIG))) == []
+
+
+def test_illegal_rewrites_are_skipped():
+    class Never(Strategy):
+        name, level, exactness, description = "loop_split", "operator", "exact", ""
+
+        def sites(self, c):
+            yield Site(0)
+
+        def rewrite(self, c, site, params):
+            raise Illegal("never")
+
+    assert list(Never().transformations(ctx(MATMUL, MATMUL_SIG))) == []
+
+
+def test_cot_answer_has_the_published_format_and_quotes_the_transition():
+    t = next(get("loop_parallelization").transformations(ctx(MATMUL, MATMUL_SIG)))
+    text = answer(t)
+    m = re.fullmatch(r"<think>(.*)</think><answer>(.*)</answer>", text, re.S)
+    assert m
+    body = json.loads(m.group(2))
+    assert body == {"transformed_IR": t.after_text, "applied_strategy": "loop_parallelization"}
+    think = m.group(1)
+    assert "Legality checked:" in think and "nest 1: " + MATMUL in think and "nest 1: " + t.after_text in think
+    multi = multi_answer([t, t])
+    items = json.loads(re.search(r"<answer>(.*)</answer>", multi, re.S).group(1))
+    assert [i["idx"] for i in items] == [1, 2]
+    p = prompt(t.before, MATMUL_SIG)
+    assert "'A' with the dtype torch.float64 and shape torch.Size([4, 6])" in p and MATMUL in p
+
+
+def test_loop_parallelization_golden():
+    assert_golden("loop_parallelization", MATMUL,
+                  ["B^{4}_{tx=0}P^{5}_{a=0}L^{6}_{c=0}[D^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}+A^{f64,g}_{tx,c}*C^{f64,g}_{c,a};];"],
+                  MATMUL_SIG)
+
+
+def test_loop_parallelization_refuses_reductions_scans_and_nested_parallelism():
+    scan_sig = sig(("A", [2, 5], "float64", "input"), ("C", [2, 5], "float64", "output"))
+    scan = "B^{2}_{tx=0}L^{5}_{a=0}[C^{f64,g}_{tx,a}=max(if_then_else(a-1<0,-inf,C^{f64,g}_{tx,a-1}),A^{f64,g}_{tx,a});];"
+    assert_golden("loop_parallelization", scan, [], scan_sig)  # a carries the scan
+    nested = MATMUL.replace("L^{5}_{a=0}", "P^{5}_{a=0}")
+    assert_golden("loop_parallelization", nested, [], MATMUL_SIG)  # c is a reduction axis; a already P
