@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import typer
 
-from flows import cli_gpu, cli_leir, cli_lower, cli_strategies, cli_translate
+from flows import cli_gpu, cli_lake, cli_leir, cli_lower, cli_strategies, cli_translate
 
 app = typer.Typer(
     name="steptp",
@@ -18,6 +18,7 @@ cli_lower.register(app)
 cli_gpu.register(app)
 cli_translate.register(app)
 cli_strategies.register(app)
+cli_lake.register(app)
 
 
 @app.command()

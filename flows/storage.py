@@ -1,0 +1,163 @@
+"""The lake's storage layer: tables as folders of Parquet shards, plus a DuckDB catalog of views.
+
+Every shard is sorted by its table's key, has the table's column order and types, and is written
+atomically (temporary file in the same folder, fsync, rename): a killed run never leaves a
+half-written shard, and the same rows always give the same bytes. `lake/catalog.duckdb` holds one
+view per table over `<table>/*.parquet`, with paths relative to the lake so that the catalog does
+not depend on where the lake lives.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    name: str
+    key: tuple[str, ...]
+    schema: pa.Schema
+
+
+def _schema(*fields: tuple[str, pa.DataType]) -> pa.Schema:
+    return pa.schema([pa.field(n, t) for n, t in fields])
+
+
+S, I64, F64, B = pa.string(), pa.int64(), pa.float64(), pa.bool_()
+
+TABLES: dict[str, TableSpec] = {t.name: t for t in (
+    TableSpec("programs", ("program_id",), _schema(
+        ("program_id", S), ("workload", S), ("level", S), ("family", S), ("shape_params", S), ("dtype", S),
+        ("signature", S), ("leir", S), ("n_nests", I64), ("source", S), ("seed", I64))),
+    TableSpec("steps", ("step_id",), _schema(
+        ("step_id", S), ("program_id", S), ("parent_step_id", S), ("depth", I64), ("strategy", S), ("level", S),
+        ("site", S), ("params", S), ("before_leir", S), ("after_leir", S), ("after_program_id", S),
+        ("exactness", S), ("cot", S))),
+    TableSpec("verifications", ("step_id", "target"), _schema(
+        ("step_id", S), ("target", S), ("status", S), ("max_abs_err", F64), ("max_rel_err", F64),
+        ("rel_l2_err", F64), ("draws", I64), ("bitwise_equal", B), ("error_message", S), ("tvm_version", S))),
+    TableSpec("timings", ("step_id", "target", "run_id"), _schema(
+        ("step_id", S), ("target", S), ("run_id", S), ("before_us", F64), ("after_us", F64), ("speedup", F64),
+        ("repeats", I64), ("spread", F64), ("machine", S))),
+    TableSpec("samples", ("sample_id",), _schema(
+        ("sample_id", S), ("split", S), ("prompt", S), ("answer", S), ("step_ids", S), ("strategies", S),
+        ("prompt_tokens", I64), ("answer_tokens", I64))),
+    TableSpec("tokens", ("program_id",), _schema(
+        ("program_id", S), ("family", S), ("leir_tokens", I64), ("tir_tokens", I64), ("tir_gpu_tokens", I64),
+        ("cuda_tokens", I64), ("tokenizer", S))),
+)}
+
+
+class StorageError(Exception):
+    pass
+
+
+def table_dir(lake: Path, table: str) -> Path:
+    if table not in TABLES:
+        raise StorageError(f"unknown table {table!r}; tables: {', '.join(TABLES)}")
+    return Path(lake) / table
+
+
+def to_arrow(table: str, rows: list[dict]) -> pa.Table:
+    """Rows (dicts) as an Arrow table in the table's schema, sorted by its key."""
+    spec = TABLES[table]
+    missing = [c for c in spec.key if any(r.get(c) is None for r in rows)]
+    if missing:
+        raise StorageError(f"{table}: key column(s) {', '.join(missing)} must not be null")
+    unknown = sorted({k for r in rows for k in r} - set(spec.schema.names))
+    if unknown:
+        raise StorageError(f"{table}: unknown column(s) {', '.join(unknown)}")
+    rows = sorted(rows, key=lambda r: tuple(r[c] for c in spec.key))
+    keys = [tuple(r[c] for c in spec.key) for r in rows]
+    dup = next((a for a, b in zip(keys, keys[1:], strict=False) if a == b), None)
+    if dup is not None:
+        raise StorageError(f"{table}: duplicate key {dup}")
+    columns = {n: [r.get(n) for r in rows] for n in spec.schema.names}
+    return pa.table(columns, schema=spec.schema)
+
+
+def write_shard(lake: Path, table: str, shard: str, rows: list[dict]) -> Path:
+    """Write one shard atomically; the same rows always produce the same file bytes."""
+    folder = table_dir(lake, table)
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{shard}.parquet"
+    data = to_arrow(table, rows)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{shard}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            pq.write_table(data, f, compression="zstd", use_dictionary=True, write_statistics=True,
+                           row_group_size=50_000)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def shards(lake: Path, table: str) -> list[Path]:
+    return sorted(table_dir(lake, table).glob("*.parquet"))
+
+
+def read_table(lake: Path, table: str) -> pa.Table:
+    """All shards of a table as one Arrow table (empty, with the schema, when there are none)."""
+    parts = [pq.read_table(p, schema=TABLES[table].schema) for p in shards(lake, table)]
+    return pa.concat_tables(parts) if parts else TABLES[table].schema.empty_table()
+
+
+def build_catalog(lake: Path) -> Path:
+    """(Re)create `catalog.duckdb` with a view per table (relative paths) and convenience views."""
+    import duckdb
+
+    lake = Path(lake)
+    lake.mkdir(parents=True, exist_ok=True)
+    path = lake / "catalog.duckdb"
+    tmp = lake / ".catalog.duckdb.tmp"
+    tmp.unlink(missing_ok=True)
+    con = duckdb.connect(str(tmp))
+    try:
+        _search_lake(con, lake)
+        for name, spec in TABLES.items():
+            con.execute(f"CREATE VIEW {name} AS {_view_sql(lake, name, spec)}")
+        con.execute("CREATE VIEW steps_verified AS SELECT s.*, v.status, v.target FROM steps s "
+                    "JOIN verifications v USING (step_id) WHERE v.status IN ('exact', 'close')")
+    finally:
+        con.close()
+    os.replace(tmp, path)
+    return path
+
+
+def _view_sql(lake: Path, name: str, spec: TableSpec) -> str:
+    if shards(lake, name):
+        return f"SELECT * FROM read_parquet('{name}/*.parquet')"
+    # No shard yet: an empty view with the right columns and types.
+    cols = ", ".join(f"CAST(NULL AS {_duck_type(f.type)}) AS {f.name}" for f in spec.schema)
+    return f"SELECT {cols} WHERE false"
+
+
+def _duck_type(t: pa.DataType) -> str:
+    return {pa.string(): "VARCHAR", pa.int64(): "BIGINT", pa.float64(): "DOUBLE", pa.bool_(): "BOOLEAN"}[t]
+
+
+def connect(lake: Path, read_only: bool = True):
+    """A DuckDB connection on the catalog whose relative view paths resolve inside the lake."""
+    import duckdb
+
+    lake = Path(lake).resolve()
+    catalog = lake / "catalog.duckdb"
+    if not catalog.exists():
+        build_catalog(lake)
+    con = duckdb.connect(str(catalog), read_only=read_only)
+    _search_lake(con, lake)
+    return con
+
+
+def _search_lake(con, lake: Path) -> None:
+    """Relative paths in the views resolve against the lake folder (DuckDB's file_search_path)."""
+    con.execute("SET file_search_path = '" + Path(lake).resolve().as_posix().replace("'", "''") + "'")
