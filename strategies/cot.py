@@ -66,3 +66,30 @@ def _quote(program: Program, nests: range) -> str:
 
 def _param(value) -> str:
     return json.dumps(value) if not isinstance(value, str) else value
+
+
+TASK_MULTI = ("Propose {k} different single-step optimizations of this LEIR program, each applying exactly one "
+              "strategy to the program as given. Keep the known tensors unchanged and preserve the result. Reply "
+              "with <think>your reasoning</think><answer>[{{\"idx\": 1, \"transformed_IR\": ..., "
+              "\"applied_strategy\": ...}}, ...]</answer>.")
+
+
+def split_answer(text: str) -> tuple[str, object]:
+    """(think text, parsed answer JSON) of a response in the published format; ValueError otherwise."""
+    head, sep, rest = text.partition("<think>")
+    think, sep2, rest = rest.partition("</think>")
+    _, sep3, rest = rest.partition("<answer>")
+    body, sep4, _ = rest.partition("</answer>")
+    if not (sep and sep2 and sep3 and sep4) or head.strip():
+        raise ValueError("not <think>...</think><answer>...</answer>")
+    return think, json.loads(body)
+
+
+def combine_answers(answers: list[str]) -> str:
+    """A multi-answer sample from single answers (each in the published format)."""
+    thoughts, items = [], []
+    for i, text in enumerate(answers, start=1):
+        think_text, body = split_answer(text)
+        thoughts.append(f"Option {i}:\n{think_text}")
+        items.append({"idx": i, "transformed_IR": body["transformed_IR"], "applied_strategy": body["applied_strategy"]})
+    return f"<think>{chr(10).join(thoughts)}</think><answer>{json.dumps(items, ensure_ascii=False)}</answer>"
