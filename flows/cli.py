@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import typer
 
-from flows import cli_gpu, cli_lake, cli_leir, cli_lower, cli_strategies, cli_translate
+from flows import cli_gpu, cli_lake, cli_leir, cli_lower, cli_run, cli_strategies, cli_translate
 
 app = typer.Typer(
     name="steptp",
@@ -19,14 +19,7 @@ cli_gpu.register(app)
 cli_translate.register(app)
 cli_strategies.register(app)
 cli_lake.register(app)
-
-
-@app.command()
-def run():
-    """Run the main job on the default profile (for now: check the bundled example programs)."""
-    from flows.demo import run_examples
-
-    raise typer.Exit(run_examples())
+cli_run.register(app)
 
 
 def main():  # pragma: no cover - console entry point

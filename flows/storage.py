@@ -33,7 +33,8 @@ S, I64, F64, B = pa.string(), pa.int64(), pa.float64(), pa.bool_()
 TABLES: dict[str, TableSpec] = {t.name: t for t in (
     TableSpec("programs", ("program_id",), _schema(
         ("program_id", S), ("workload", S), ("level", S), ("family", S), ("shape_params", S), ("dtype", S),
-        ("signature", S), ("leir", S), ("n_nests", I64), ("source", S), ("seed", I64))),
+        ("signature", S), ("leir", S), ("n_nests", I64), ("source", S), ("seed", I64),
+        ("verification_status", S), ("max_abs_err", F64))),
     TableSpec("steps", ("step_id",), _schema(
         ("step_id", S), ("program_id", S), ("parent_step_id", S), ("depth", I64), ("strategy", S), ("level", S),
         ("site", S), ("params", S), ("before_leir", S), ("after_leir", S), ("after_program_id", S),

@@ -154,17 +154,23 @@ class Strategy:
         """The rewritten program; raise `Illegal(reason)` when the step is not legal here."""
         raise NotImplementedError
 
-    def transformations(self, ctx: Context, limit: int | None = None) -> Iterator[Transformation]:
+    def transformations(self, ctx: Context, limit: int | None = None,
+                        per_site: int | None = None) -> Iterator[Transformation]:
+        """Legal, non-trivial transformations in site order; at most `per_site` parameter variants
+        per site and `limit` in all (the first ones in the deterministic order)."""
         count = 0
         for site in self.sites(ctx):
+            at_site = 0
             for params in self.parameters(ctx, site):
                 t = self.apply(ctx, site, params)
                 if t is None:
                     continue
                 yield t
-                count += 1
+                count, at_site = count + 1, at_site + 1
                 if limit is not None and count >= limit:
                     return
+                if per_site is not None and at_site >= per_site:
+                    break
 
     def apply(self, ctx: Context, site: Site, params: dict) -> Transformation | None:
         """One transformation, or None when illegal or when the result is alpha-equivalent."""

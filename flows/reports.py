@@ -1,0 +1,108 @@
+"""The report stage: JSON metrics (DVC metrics) and PNG plots (DVC plots) under `reports/`.
+
+- strategies.json: steps per strategy generated, verified and released (before/after filtering);
+- verification.json: outcomes per strategy and overall pass rate;
+- errors.json: error taxonomy (status x first words of the message);
+- splits.json: samples and families per split; summary.json: the headline numbers.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter as Tally
+from pathlib import Path
+
+import pyarrow as pa
+
+from strategies.registry import ALL_NAMES
+
+
+def build_reports(programs: pa.Table, steps: pa.Table, verifications: pa.Table, samples: pa.Table,
+                  filter_counters: list[dict], out: Path) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    status_of = dict(zip(verifications.column("step_id").to_pylist(), verifications.column("status").to_pylist(),
+                         strict=True))
+    step_rows = steps.select(["step_id", "strategy"]).to_pylist()
+    released = Tally(s for row in samples.column("strategies").to_pylist() for s in json.loads(row))
+    generated = Tally(r["strategy"] for r in step_rows)
+    outcomes: dict[str, Tally] = {}
+    for r in step_rows:
+        outcomes.setdefault(r["strategy"], Tally())[status_of.get(r["step_id"], "unverified")] += 1
+    strategies = {name: {"generated": generated.get(name, 0),
+                         "verified": outcomes.get(name, Tally())["exact"] + outcomes.get(name, Tally())["close"],
+                         "in_samples": released.get(name, 0)} for name in ALL_NAMES}
+    verification = {name: dict(sorted(outcomes[name].items())) for name in ALL_NAMES if name in outcomes}
+    passed = sum(v["verified"] for v in strategies.values())
+    errors = Tally()
+    for row in verifications.select(["status", "error_message"]).to_pylist():
+        if row["status"] not in ("exact", "close"):
+            words = " ".join((row["error_message"] or "").split()[:6])
+            errors[f"{row['status']}: {words}".strip()] += 1
+    splits = Tally(samples.column("split").to_pylist())
+    program_status = programs.column("verification_status").to_pylist()
+    summary = {
+        "programs": programs.num_rows,
+        "programs_verified": sum(1 for s in program_status if s in ("exact", "close")),
+        "steps": steps.num_rows, "steps_verified": passed,
+        "verification_pass_rate": round(passed / steps.num_rows, 4) if steps.num_rows else 0.0,
+        "samples": samples.num_rows, "train_samples": splits.get("train", 0), "test_samples": splits.get("test", 0),
+        "strategies_with_steps": sum(1 for v in strategies.values() if v["generated"]),
+        "strategies_released": sum(1 for v in strategies.values() if v["in_samples"]),
+    }
+    _dump(out / "strategies.json", strategies)
+    _dump(out / "verification.json", verification)
+    _dump(out / "errors.json", dict(errors.most_common()))
+    _dump(out / "splits.json", dict(sorted(splits.items())))
+    _dump(out / "filter.json", filter_counters)
+    _dump(out / "summary.json", summary)
+    _plot_strategies(strategies, out / "strategy_distribution.png")
+    _plot_outcomes(verification, out / "verification_outcomes.png")
+    return summary
+
+
+def _dump(path: Path, obj) -> None:
+    path.write_text(json.dumps(obj, indent=1, sort_keys=False) + "\n")
+
+
+def _plot_strategies(strategies: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [n for n in ALL_NAMES if strategies[n]["generated"]]
+    fig, ax = plt.subplots(figsize=(10, max(3, 0.28 * len(names) + 1)))
+    ys = range(len(names))
+    ax.barh([y + 0.2 for y in ys], [strategies[n]["generated"] for n in names], height=0.4, label="generated")
+    ax.barh([y - 0.2 for y in ys], [strategies[n]["in_samples"] for n in names], height=0.4, label="released")
+    ax.set_yticks(list(ys), names, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("steps")
+    ax.set_title("Strategy distribution before and after filtering")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    plt.close(fig)
+
+
+def _plot_outcomes(verification: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = sorted(verification)
+    statuses = sorted({s for v in verification.values() for s in v})
+    fig, ax = plt.subplots(figsize=(10, max(3, 0.28 * len(names) + 1)))
+    left = [0] * len(names)
+    for status in statuses:
+        values = [verification[n].get(status, 0) for n in names]
+        ax.barh(names, values, left=left, label=status)
+        left = [a + b for a, b in zip(left, values, strict=True)]
+    ax.invert_yaxis()
+    ax.tick_params(axis="y", labelsize=8)
+    ax.set_xlabel("steps")
+    ax.set_title("Verification outcomes per strategy")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    plt.close(fig)
