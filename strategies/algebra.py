@@ -1,0 +1,423 @@
+"""Mathematical strategies on one statement's expression, through sympy (the 12 algebraic ones).
+
+Each strategy is one sympy transformation of the statement's target expression (see
+`algebra_common.Target`). The rewrite is a step only when the sympy result differs from the input's
+own canonical sympy form (so `A*A` -> `A**2`, which sympy already writes as `A**2`, is no step).
+Every rewrite is checked: exact back-substitution (the LEIR result translates back to the same sympy
+expression), no new division by something that may be zero, an independent numeric spot check of the
+identity, and `finish` (validates, same implicit initialisations). All are `reassociating`: the
+floating-point operations change, so results agree within rounding.
+"""
+from __future__ import annotations
+
+import math
+import random
+from functools import lru_cache
+
+import sympy
+
+from leir.printer import format_expr
+from strategies.algebra_common import Target, algebra_target, executions, finish, plural
+from strategies.base import Context, Illegal, Rewrite, Site, Strategy
+from strategies.registry import register
+from strategies.sympy_bridge import Bridge, Untranslatable, count_ops, denominators, new_divisions
+from strategies.tree import replace_item
+
+MAX_OPS = 40       # larger expressions are left alone: sympy's factor/apart can take seconds
+MAX_SYMBOLS = 10
+
+
+class Translated:
+    """A statement's target expression in sympy, with the bridge that made it."""
+
+    def __init__(self, target: Target, bridge: Bridge | None = None, expr: sympy.Expr | None = None):
+        self.target = target
+        self.bridge = bridge or Bridge()
+        self.expr = expr if expr is not None else self.bridge.to_sympy(target.expr)
+
+
+@lru_cache(maxsize=2048)
+def translate(stmt) -> Translated | None:
+    target = algebra_target(stmt)
+    if target is None or count_ops(target.expr) > MAX_OPS:
+        return None
+    try:
+        tr = Translated(target)
+    except Untranslatable:
+        return None
+    if len(tr.expr.free_symbols) > MAX_SYMBOLS or tr.expr.is_Number:
+        return None
+    return tr
+
+
+class SympyStrategy(Strategy):
+    """A statement-level sympy rewrite. Subclasses define `transform` (and `parameters` when the
+    rewrite depends on a chosen symbol), `why` (what the form buys) and optionally `extra_facts`."""
+
+    level = "mathematical"
+    exactness = "reassociating"
+    why = ""
+    # Rational-function strategies see exp/log/erf/abs/max/min and fractional powers as opaque atoms:
+    # factor() must not split exp(a-b) into exp(a)*exp(-b) (that is expand_powsimp's step).
+    rational = True
+
+    def sites(self, ctx: Context):
+        for st in ctx.sites:
+            if translate(st.stmt) is not None:
+                yield Site(st.nest_index, st.path, stmts=(st.order,), tensors=(st.stmt.lhs.tensor,))
+
+    def transform(self, tr: Translated, params: dict) -> sympy.Expr:
+        raise NotImplementedError
+
+    def extra_facts(self, tr: Translated, after: sympy.Expr, params: dict) -> tuple[str, ...]:
+        return ()
+
+    def symbol_parameters(self, ctx: Context, site: Site):
+        """One variant per access or loop index occurring in the expression, first occurrence order."""
+        tr = translate(ctx.sites[site.stmts[0]].stmt)
+        for sym in tr.bridge.access_symbols():
+            if sym in tr.expr.free_symbols:
+                yield {"symbol": sym.name}
+
+    def rewrite(self, ctx, site, params):
+        st = ctx.sites[site.stmts[0]]
+        tr = translate(st.stmt)
+        if tr is None:
+            raise Illegal("the statement has no faithful algebraic form")
+        after = _cached_transform(self.name, st.stmt, _key(params))
+        if after is None or after == tr.expr:
+            raise Illegal(f"{self.name} leaves the expression as it is")
+        bad = new_divisions(tr.expr, after)
+        if bad:
+            raise Illegal(f"would divide by {bad[0]}, which may be zero")
+        try:
+            new_expr = tr.bridge.from_sympy(after)
+            back = tr.bridge.to_sympy(new_expr)
+        except Untranslatable as e:
+            raise Illegal(f"no exact LEIR form: {e}") from e
+        if back != after and sympy.cancel(sympy.expand(back - after)) != 0:
+            raise Illegal("back-substitution is not exact")
+        if not _same_values(tr.expr, after):
+            raise Illegal("numeric spot check of the identity failed")
+        stmt = tr.target.rebuild(new_expr)
+        program = finish(ctx, replace_item(ctx.program, site.nest, site.path, (stmt,)))
+        return Rewrite(program, self._facts(tr, after, params), self._effect(st, tr, new_expr))
+
+    def _facts(self, tr: Translated, after, params) -> tuple[str, ...]:
+        facts = [_symbols_fact(tr), "the new expression equals the old one as an exact symbolic identity "
+                 "(sympy, rational arithmetic; literals back-substituted exactly) and agrees at random "
+                 "sample points"]
+        dens = denominators(after)
+        if dens:
+            facts.append("every denominator of the result (" + ", ".join(_show(tr, d) for d in dens)
+                         + ") already divides the original expression or is provably non-zero")
+        else:
+            facts.append("no division is introduced")
+        if tr.target.op is not None:
+            facts.append(f"the accumulation form {tr.target.stmt.lhs.tensor}{tr.target.op}... is kept, so the "
+                         "implicit initialisation is unchanged")
+        facts.extend(self.extra_facts(tr, after, params))
+        return tuple(facts)
+
+    def _effect(self, st, tr: Translated, new_expr) -> str:
+        before, after = count_ops(tr.target.expr), count_ops(new_expr)
+        n = executions(st)
+        change = (f"saves {before - after} per element, {(before - after) * n} in all" if after < before else
+                  f"costs {after - before} more per element" if after > before else "keeps the count")
+        return (f"{self.why} The expression of {st.stmt.lhs.tensor} goes from {plural(before, 'operation')} to "
+                f"{after} per evaluation; it is evaluated {n} times, so this {change}.")
+
+
+def _key(params: dict) -> tuple:
+    return tuple(sorted(params.items()))
+
+
+@lru_cache(maxsize=4096)
+def _cached_transform(name: str, stmt, key: tuple) -> sympy.Expr | None:
+    from strategies.registry import get
+
+    tr = translate(stmt)
+    strategy = get(name)
+    try:
+        if not strategy.rational:
+            return strategy.transform(tr, dict(key))
+        table: dict = {}
+        opaque = Translated(tr.target, tr.bridge, _atomize(tr.expr, table))
+        out = strategy.transform(opaque, dict(key))
+        return out.xreplace({sym: e for e, sym in table.items()})
+    except (sympy.PolynomialError, sympy.SympifyError, NotImplementedError, ValueError, TypeError,
+            AttributeError, RecursionError):
+        return None  # sympy cannot do it here (not rational in the symbol, ...): no step
+
+
+def _atomize(e: sympy.Expr, table: dict) -> sympy.Expr:
+    """`e` with every transcendental call and fractional power replaced by a symbol (same sign facts)."""
+    if e.is_Atom:
+        return e
+    if e.is_Pow and not e.exp.is_Integer and e.exp.is_Number and e.exp < 0:
+        return sympy.Pow(_atomize(sympy.Pow(e.base, -e.exp), table), -1)
+    if isinstance(e, sympy.Function) or (e.is_Pow and not e.exp.is_Integer):
+        if e not in table:
+            table[e] = sympy.Symbol("@" + str(e), real=True, positive=e.is_positive or None,
+                                    nonnegative=e.is_nonnegative or None, nonzero=e.is_nonzero or None)
+        return table[e]
+    return e.func(*[_atomize(a, table) for a in e.args])
+
+
+def _symbols_fact(tr: Translated) -> str:
+    names = [s.name for s in tr.bridge.access_symbols()]
+    by_tensor: dict[str, list[str]] = {}
+    for node, sym in tr.bridge.symbol_of.items():
+        if hasattr(node, "tensor"):
+            by_tensor.setdefault(node.tensor, []).append(sym.name)
+    multi = [", ".join(v) for v in by_tensor.values() if len(v) > 1]
+    fact = "one symbol per distinct access or loop index: " + ", ".join(names)
+    if multi:
+        fact += "; accesses of one tensor with different subscripts stay distinct (" + "; ".join(multi) + ")"
+    return fact
+
+
+def _show(tr: Translated, e) -> str:
+    try:
+        return format_expr(tr.bridge.from_sympy(e))
+    except Untranslatable:
+        return str(e)
+
+
+def _same_values(before: sympy.Expr, after: sympy.Expr, points: int = 3) -> bool:
+    """Both sides at deterministic sample points (positive values, where logs and roots are real)."""
+    syms = sorted(before.free_symbols | after.free_symbols, key=lambda s: s.name)
+    rng = random.Random("spot-check:" + ",".join(s.name for s in syms))
+    checked = 0
+    for _ in range(points):
+        values = {s: sympy.Rational(rng.randint(3, 29), 8) if not s.is_integer else rng.randint(1, 6)
+                  for s in syms}
+        try:
+            a = complex(before.evalf(30, subs=values))
+            b = complex(after.evalf(30, subs=values))
+        except (TypeError, ValueError, ZeroDivisionError):
+            continue
+        if not all(math.isfinite(v.real) and math.isfinite(v.imag) for v in (a, b)):
+            continue
+        if abs(a - b) > 1e-9 * max(1.0, abs(a)):
+            return False
+        checked += 1
+    return True
+
+
+# --- the twelve strategies -------------------------------------------------------------------------
+
+@register
+class Factorization(SympyStrategy):
+    name = "factorization"
+    description = "Factor the expression (sympy.factor): common factors pulled out, polynomials factored."
+    why = "Factoring shares the common factors, so fewer multiplications are needed."
+
+    def transform(self, tr, params):
+        out = sympy.factor(tr.expr)
+        return out if out != tr.expr else sympy.factor(tr.expr, deep=True)
+
+
+@register
+class ExpandFactorization(SympyStrategy):
+    name = "expand_factorization"
+    description = ("Multiply out products and integer powers of sums (the inverse of factorization); "
+                   "fractions stay whole.")
+    why = ("Multiplying out turns a product of sums into independent terms that can be computed, reused "
+           "or vectorised separately.")
+
+    def transform(self, tr, params):
+        return _expand_products(tr.expr)
+
+
+def _expand_products(e: sympy.Expr) -> sympy.Expr:
+    if e.is_Atom:
+        return e
+    if e.is_Mul:
+        num, den = [], []
+        for f in e.args:
+            (den if f.is_Pow and f.exp.is_Number and f.exp < 0 else num).append(f)
+        n = sympy.expand(sympy.Mul(*[_expand_products(f) for f in num]), deep=False, power_base=False,
+                         power_exp=False, log=False, mul=True, multinomial=True)
+        d = [sympy.Pow(_expand_products(f.base), f.exp) for f in den]
+        return sympy.Mul(n, *d)
+    if e.is_Pow and e.exp.is_Integer and e.exp > 1 and e.base.is_Add:
+        return sympy.expand_multinomial(sympy.Pow(_expand_products(e.base), e.exp))
+    return e.func(*[_expand_products(a) for a in e.args])
+
+
+@register
+class Cancellation(SympyStrategy):
+    name = "cancellation"
+    description = ("Write the expression as one fraction p/q with the common factors of p and q cancelled "
+                   "(sympy.cancel).")
+    why = "Cancelling common factors of numerator and denominator removes work and one source of rounding."
+
+    def transform(self, tr, params):
+        return sympy.cancel(tr.expr)
+
+
+@register
+class ExpandCancellation(SympyStrategy):
+    name = "expand_cancellation"
+    description = ("Split a fraction whose numerator is a sum into one fraction per term over the same "
+                   "denominator (the inverse of cancellation).")
+    why = ("Splitting (p1+p2)/q into p1/q+p2/q exposes terms that can be simplified, hoisted or reused "
+           "separately.")
+
+    def transform(self, tr, params):
+        return _split_fractions(tr.expr)
+
+
+def _split_fractions(e: sympy.Expr) -> sympy.Expr:
+    if e.is_Atom:
+        return e
+    args = [_split_fractions(a) for a in e.args]
+    e = e.func(*args)
+    if e.is_Mul:
+        num = [f for f in e.args if not (f.is_Pow and f.exp.is_Number and f.exp < 0)]
+        den = [f for f in e.args if f not in num]
+        if den:
+            n = sympy.expand_mul(sympy.Mul(*num), deep=False)
+            if n.is_Add:
+                d = sympy.Mul(*den)
+                return sympy.Add(*[t * d for t in n.args])
+    return e
+
+
+@register
+class Apart(SympyStrategy):
+    name = "apart"
+    description = ("Partial-fraction decomposition in one chosen variable (sympy.apart): polynomial part plus "
+                   "proper fractions.")
+    why = ("Partial fractions separate the part that does not depend on the chosen variable's "
+           "denominator from a proper remainder, so each part can be computed or hoisted on its own.")
+
+    def parameters(self, ctx, site):
+        tr = translate(ctx.sites[site.stmts[0]].stmt)
+        dens = denominators(tr.expr)
+        for p in self.symbol_parameters(ctx, site):
+            if any(s.name == p["symbol"] for d in dens for s in d.free_symbols):
+                yield p
+
+    def transform(self, tr, params):
+        sym = _symbol(tr, params["symbol"])
+        return sympy.apart(tr.expr, sym)
+
+    def extra_facts(self, tr, after, params):
+        return (f"the expression is a rational function of {params['symbol']}; the new denominators are "
+                "factors of the old one",)
+
+
+@register
+class Together(SympyStrategy):
+    name = "together"
+    description = "Combine a sum of fractions over a common denominator (sympy.together)."
+    why = "Over one common denominator, several divisions become a single one."
+
+    def transform(self, tr, params):
+        out = sympy.together(tr.expr)
+        return out if out != tr.expr else sympy.together(tr.expr, deep=True)
+
+
+@register
+class Powsimp(SympyStrategy):
+    name = "powsimp"
+    description = ("Combine powers with a common base or exponent and products of exponentials "
+                   "(sympy.powsimp, assumptions respected).")
+    why = "Combining powers and exponentials replaces several transcendental calls or multiplications by one."
+    rational = False
+
+    def transform(self, tr, params):
+        return sympy.powsimp(tr.expr, deep=True, combine="all", force=False)
+
+    def extra_facts(self, tr, after, params):
+        return ("powers are combined only where sympy proves the identity for real values "
+                "(x**a*x**b = x**(a+b), exp(a)*exp(b) = exp(a+b)); sqrt(x)*sqrt(y) is not merged for "
+                "values of unknown sign",)
+
+
+@register
+class ExpandPowsimp(SympyStrategy):
+    name = "expand_powsimp"
+    description = "Split powers and exponentials of sums into products (the inverse of powsimp)."
+    why = ("Splitting exp(a+b) into exp(a)*exp(b) (or x**(a+b) into x**a*x**b) separates factors that "
+           "depend on different loops, so one of them can be hoisted.")
+    rational = False
+
+    def transform(self, tr, params):
+        return sympy.expand_power_base(sympy.expand_power_exp(tr.expr), force=False)
+
+
+@register
+class ExpandLog(SympyStrategy):
+    name = "expand_log"
+    description = ("Split log(a*b) into log(a)+log(b) and log(a**n) into n*log(a), only where the factors are "
+                   "provably positive.")
+    why = "Splitting a logarithm of a product separates factors that can be computed or hoisted on their own."
+    rational = False
+
+    def transform(self, tr, params):
+        return sympy.expand_log(tr.expr, deep=True, force=False)
+
+    def extra_facts(self, tr, after, params):
+        return ("every factor split out of a logarithm is provably positive (an exponential, a positive "
+                "constant, or a sum of squares and positive constants): the sign of a tensor value is "
+                "never assumed, so log(A*C) with A, C of unknown sign is left alone",)
+
+
+@register
+class Logsimp(SympyStrategy):
+    name = "logsimp"
+    description = "Combine sums of logarithms into the logarithm of a product (the inverse of expand_log)."
+    why = "One logarithm of a product costs one transcendental call instead of several."
+    rational = False
+
+    def transform(self, tr, params):
+        return sympy.logcombine(tr.expr, force=True)
+
+    def extra_facts(self, tr, after, params):
+        return ("combining only widens the domain: wherever the original is defined every logarithm's "
+                "argument is positive, and there log(a)+log(b) = log(a*b) and n*log(a) = log(a**n)",)
+
+
+@register
+class Collect(SympyStrategy):
+    name = "collect"
+    description = "Collect the terms of a sum by powers of one chosen access or index (sympy.collect)."
+    why = "Collecting a common factor multiplies by it once instead of once per term."
+
+    def parameters(self, ctx, site):
+        yield from self.symbol_parameters(ctx, site)
+
+    def transform(self, tr, params):
+        return sympy.collect(tr.expr, _symbol(tr, params["symbol"]))
+
+
+@register
+class ExpandCollect(SympyStrategy):
+    name = "expand_collect"
+    description = "Distribute one chosen access or index over the sum it multiplies (the inverse of collect)."
+    why = ("Distributing the factor over the sum separates the terms, so each can be simplified or "
+           "reused on its own.")
+
+    def parameters(self, ctx, site):
+        yield from self.symbol_parameters(ctx, site)
+
+    def transform(self, tr, params):
+        sym = _symbol(tr, params["symbol"])
+
+        def distributes(n):
+            if not n.is_Mul:
+                return False
+            has_sym = any(f == sym or (f.is_Pow and f.base == sym and f.exp.is_positive) for f in n.args)
+            return has_sym and any(f.is_Add for f in n.args)
+
+        return tr.expr.replace(distributes, lambda n: sympy.expand_mul(n, deep=False))
+
+
+def _symbol(tr: Translated, name: str) -> sympy.Symbol:
+    for sym in tr.bridge.access_symbols():
+        if sym.name == name:
+            return sym
+    raise ValueError(f"no symbol {name}")

@@ -1,0 +1,125 @@
+"""Golden and legality tests of the softmax family and the splits (dataflow patterns over nests)."""
+from __future__ import annotations
+
+from strategy_cases import assert_golden, ctx, results, sig
+
+from strategies.registry import get
+
+SIG = sig(("A", [4, 8], "float64", "input"), ("C", [4, 8], "float64", "output"))
+MAX = "B^{4}_{tx=0}L^{8}_{a=0}[D^{f64,g}_{tx}=max(D^{f64,g}_{tx},A^{f64,g}_{tx,a});];"
+SUM = "B^{4}_{tx=0}L^{8}_{a=0}[E^{f64,g}_{tx}=E^{f64,g}_{tx}+exp(A^{f64,g}_{tx,a}-D^{f64,g}_{tx});];"
+NORM = "B^{4}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{tx,a}=exp(A^{f64,g}_{tx,a}-D^{f64,g}_{tx})/E^{f64,g}_{tx};];"
+SOFTMAX = MAX + SUM + NORM
+RUNNING = ("B^{4}_{tx=0}L^{8}_{a=0}[F^{f64,g}_{tx}=if_then_else(a-1<0,-inf,D^{f64,g}_{tx});"
+           "D^{f64,g}_{tx}=max(F^{f64,g}_{tx},A^{f64,g}_{tx,a});"
+           "E^{f64,g}_{tx}=if_then_else(a-1<0,0,E^{f64,g}_{tx}*exp(F^{f64,g}_{tx}-D^{f64,g}_{tx}))"
+           "+exp(A^{f64,g}_{tx,a}-D^{f64,g}_{tx});];")
+
+
+def test_prefix_max_scan_with_explicit_boundary():
+    scan = ("B^{4}_{tx=0}L^{8}_{a=0}[F^{f64,g}_{tx,a}=max(if_then_else(a-1<0,-inf,F^{f64,g}_{tx,a-1}),"
+            "A^{f64,g}_{tx,a});D^{f64,g}_{tx}=F^{f64,g}_{tx,a};];")
+    assert_golden("normal_loop_max_to_prefix_max", SOFTMAX, [scan + SUM + NORM], SIG)
+    assert get("normal_loop_max_to_prefix_max").exactness == "exact"
+
+
+def test_prefix_sum_of_exp_scan():
+    scan = ("B^{4}_{tx=0}L^{8}_{a=0}[F^{f64,g}_{tx,a}=if_then_else(a-1<0,0,F^{f64,g}_{tx,a-1})"
+            "+exp(A^{f64,g}_{tx,a}-D^{f64,g}_{tx});E^{f64,g}_{tx}=F^{f64,g}_{tx,a};];")
+    assert_golden("normal_loop_summation_on_exp_to_prefix_summation_on_exp", SOFTMAX, [MAX + scan + NORM], SIG)
+
+
+def test_prefix_sum_needs_an_exp_and_prefix_max_one_reduction_loop():
+    plain_sum = "B^{4}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{tx}=C^{f64,g}_{tx}+A^{f64,g}_{tx,a};];"
+    s = sig(("A", [4, 8], "float64", "input"), ("C", [4], "float64", "output"))
+    assert results("normal_loop_summation_on_exp_to_prefix_summation_on_exp", plain_sum, s) == []
+    two = "B^{4}_{tx=0}L^{2}_{a=0}L^{4}_{c=0}[C^{f64,g}_{tx}=max(C^{f64,g}_{tx},A^{f64,g}_{tx,a*4+c});];"
+    assert results("normal_loop_max_to_prefix_max", two, s) == []
+
+
+def test_online_softmax():
+    assert_golden("online_softmax", SOFTMAX, [RUNNING + NORM], SIG)
+
+
+def test_online_softmax_is_a_dataflow_pattern():
+    # Other names, an unrelated nest in between, the max reading a cached copy of A; the fresh name
+    # continues past the largest in use (S -> W).
+    s = sig(("A", [4, 8], "float64", "input"), ("Q", [4, 8], "float64", "input"),
+            ("C", [4, 8], "float64", "output"), ("K", [4, 8], "float64", "output"))
+    cache = "B^{4}_{tx=0}L^{8}_{a=0}[G^{f64,g}_{tx,a}=A^{f64,g}_{tx,a};];"
+    mx = "B^{4}_{tx=0}L^{8}_{c=0}[M^{f64,g}_{tx}=max(M^{f64,g}_{tx},G^{f64,g}_{tx,c});];"
+    other = "B^{4}_{tx=0}L^{8}_{a=0}[K^{f64,g}_{tx,a}=Q^{f64,g}_{tx,a}*2;];"
+    sm = "B^{4}_{tx=0}L^{8}_{d=0}[S^{f64,g}_{tx}=S^{f64,g}_{tx}+exp(-M^{f64,g}_{tx}+A^{f64,g}_{tx,d});];"
+    norm = "B^{4}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{tx,a}=exp(A^{f64,g}_{tx,a}-M^{f64,g}_{tx})/S^{f64,g}_{tx};];"
+    fused = ("B^{4}_{tx=0}L^{8}_{c=0}[W^{f64,g}_{tx}=if_then_else(c-1<0,-inf,M^{f64,g}_{tx});"
+             "M^{f64,g}_{tx}=max(W^{f64,g}_{tx},G^{f64,g}_{tx,c});"
+             "S^{f64,g}_{tx}=if_then_else(c-1<0,0,S^{f64,g}_{tx}*exp(W^{f64,g}_{tx}-M^{f64,g}_{tx}))"
+             "+exp(G^{f64,g}_{tx,c}-M^{f64,g}_{tx});];")
+    assert_golden("online_softmax", cache + mx + other + sm + norm, [cache + other + fused + norm], s)
+
+
+def test_online_softmax_not_when_a_nest_in_between_touches_the_max():
+    s = sig(("A", [4, 8], "float64", "input"), ("C", [4, 8], "float64", "output"))
+    meddle = "B^{4}_{tx=0}[D^{f64,g}_{tx}=D^{f64,g}_{tx}*2;];"
+    assert results("online_softmax", MAX + meddle + SUM + NORM, s) == []
+    wrong = SUM.replace("A^{f64,g}_{tx,a}-D", "A^{f64,g}_{tx,7-a}*2-D")
+    assert results("online_softmax", MAX + wrong + NORM, s) == []
+
+
+def test_flashattention_without_tiling():
+    s = sig(("A", [4, 3], "float64", "input"), ("C", [6, 3], "float64", "input"),
+            ("D", [6, 5], "float64", "input"), ("I", [4, 5], "float64", "output"))
+    scores = "B^{4}_{tx=0}L^{6}_{a=0}L^{3}_{c=0}[E^{f64,g}_{tx,a}=E^{f64,g}_{tx,a}+A^{f64,g}_{tx,c}*C^{f64,g}_{a,c};];"
+    before = (scores + "B^{4}_{tx=0}L^{6}_{a=0}[F^{f64,g}_{tx}=max(F^{f64,g}_{tx},E^{f64,g}_{tx,a});];"
+              "B^{4}_{tx=0}L^{6}_{a=0}[G^{f64,g}_{tx}=G^{f64,g}_{tx}+exp(E^{f64,g}_{tx,a}-F^{f64,g}_{tx});];"
+              "B^{4}_{tx=0}L^{6}_{a=0}[H^{f64,g}_{tx,a}=exp(E^{f64,g}_{tx,a}-F^{f64,g}_{tx})/G^{f64,g}_{tx};];"
+              "B^{4}_{tx=0}L^{5}_{c=0}L^{6}_{a=0}[I^{f64,g}_{tx,c}=I^{f64,g}_{tx,c}+H^{f64,g}_{tx,a}*D^{f64,g}_{a,c};];")
+    after = (scores + "B^{4}_{tx=0}L^{6}_{a=0}[J^{f64,g}_{tx}=if_then_else(a-1<0,-inf,F^{f64,g}_{tx});"
+             "F^{f64,g}_{tx}=max(J^{f64,g}_{tx},E^{f64,g}_{tx,a});"
+             "G^{f64,g}_{tx}=if_then_else(a-1<0,0,G^{f64,g}_{tx}*exp(J^{f64,g}_{tx}-F^{f64,g}_{tx}))"
+             "+exp(E^{f64,g}_{tx,a}-F^{f64,g}_{tx});"
+             "L^{5}_{d=0}[K^{f64,g}_{tx,d}=if_then_else(a-1<0,0,K^{f64,g}_{tx,d}*exp(J^{f64,g}_{tx}-F^{f64,g}_{tx}))"
+             "+exp(E^{f64,g}_{tx,a}-F^{f64,g}_{tx})*D^{f64,g}_{a,d};];];"
+             "B^{4}_{tx=0}L^{5}_{c=0}[I^{f64,g}_{tx,c}=K^{f64,g}_{tx,c}/G^{f64,g}_{tx};];")
+    assert_golden("flashattention_wo_tiling", before, [after], s)
+    # P is an output: it must stay stored, so nothing is folded.
+    s_p = sig(("A", [4, 3], "float64", "input"), ("C", [6, 3], "float64", "input"),
+              ("D", [6, 5], "float64", "input"), ("H", [4, 6], "float64", "output"), ("I", [4, 5], "float64", "output"))
+    assert results("flashattention_wo_tiling", before, s_p) == []
+
+
+def test_exponential_split_splits_off_the_term_with_fewer_loops():
+    split = SUM.replace("exp(A^{f64,g}_{tx,a}-D^{f64,g}_{tx})", "exp(A^{f64,g}_{tx,a})/exp(D^{f64,g}_{tx})")
+    norm = NORM.replace("exp(A^{f64,g}_{tx,a}-D^{f64,g}_{tx})", "exp(A^{f64,g}_{tx,a})/exp(D^{f64,g}_{tx})")
+    assert_golden("exponential_split", SOFTMAX, [MAX + split + NORM, MAX + SUM + norm], SIG)
+
+
+def test_multiplicative_split_then_applies_after_exponential_split():
+    split = SUM.replace("exp(A^{f64,g}_{tx,a}-D^{f64,g}_{tx})", "exp(A^{f64,g}_{tx,a})/exp(D^{f64,g}_{tx})")
+    hoisted = ("B^{4}_{tx=0}L^{8}_{a=0}[F^{f64,g}_{tx}=F^{f64,g}_{tx}+exp(A^{f64,g}_{tx,a});];"
+               "B^{4}_{tx=0}[E^{f64,g}_{tx}=F^{f64,g}_{tx}*exp(-D^{f64,g}_{tx});];")
+    assert_golden("multiplicative_split", MAX + split + NORM, [MAX + hoisted + NORM], SIG)
+    assert results("multiplicative_split", SOFTMAX, SIG) == []  # exp(A-D) is not a product
+
+
+def test_additive_split_closed_form_for_invariant_terms():
+    s = sig(("A", [4, 8], "float64", "input"), ("C", [4], "float64", "input"), ("E", [4], "float64", "output"))
+    before = "B^{4}_{tx=0}L^{8}_{a=0}[E^{f64,g}_{tx}=E^{f64,g}_{tx}+(A^{f64,g}_{tx,a}*A^{f64,g}_{tx,a}+C^{f64,g}_{tx});];"
+    first = ("B^{4}_{tx=0}L^{8}_{a=0}[E^{f64,g}_{tx}=E^{f64,g}_{tx}+C^{f64,g}_{tx};];"
+             "B^{4}_{tx=0}L^{8}_{a=0}[E^{f64,g}_{tx}=E^{f64,g}_{tx}+A^{f64,g}_{tx,a}**2;];")
+    second = ("B^{4}_{tx=0}L^{8}_{a=0}[E^{f64,g}_{tx}=E^{f64,g}_{tx}+A^{f64,g}_{tx,a}**2;];"
+              "B^{4}_{tx=0}[E^{f64,g}_{tx}=E^{f64,g}_{tx}+8*C^{f64,g}_{tx};];")
+    assert_golden("additive_split", before, [first, second], s)
+
+
+def test_partially_equivalent_then_correct():
+    partial = SUM.replace("-D^{f64,g}_{tx})", "-A^{f64,g}_{tx,0})")
+    fix = "B^{4}_{tx=0}[E^{f64,g}_{tx}=E^{f64,g}_{tx}*exp(A^{f64,g}_{tx,0}-D^{f64,g}_{tx});];"
+    assert_golden("partially_equivalent_then_correct", SOFTMAX, [MAX + partial + fix + NORM], SIG)
+
+
+def test_records_are_complete():
+    c = ctx(SOFTMAX, SIG)
+    for name in ("online_softmax", "normal_loop_max_to_prefix_max", "partially_equivalent_then_correct"):
+        t = next(get(name).transformations(c))
+        assert t.facts and t.effect and t.level == "mathematical"
