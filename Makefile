@@ -9,6 +9,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export GX_ANALYTICS_ENABLED := false
 export DVC_NO_ANALYTICS := 1
 export OPENBLAS_NUM_THREADS := 1
+export DVC_SITE_CACHE_DIR := $(CURDIR)/.dvc/tmp/site-cache
 
 .PHONY: setup run test test-all bench lint clean
 
@@ -21,8 +22,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -qq -e ".[dev]"
 	@touch $(STAMP)
 
+# The main job: dvc repro of the whole pipeline on the default profile (params.yaml), then dvc push.
 run: setup
-	$(VENV)/bin/steptp run
+	$(VENV)/bin/steptp repro
 
 test: setup
 	$(PY) -m pytest

@@ -162,7 +162,7 @@ def ensure_dvc(env: dict) -> None:
     if not (ROOT / ".dvc").exists():
         subprocess.check_call([_dvc(), "init", "--quiet"], cwd=ROOT, env=env)
         subprocess.check_call([_dvc(), "config", "core.analytics", "false"], cwd=ROOT, env=env)
-        subprocess.check_call([_dvc(), "remote", "add", "--default", "local", "../../steptp-dvc-remote"],
+        subprocess.check_call([_dvc(), "remote", "add", "--default", "local", "../steptp-dvc-remote"],
                               cwd=ROOT, env=env)
 
 

@@ -52,7 +52,6 @@ def build_reports(programs: pa.Table, steps: pa.Table, verifications: pa.Table, 
     _dump(out / "verification.json", verification)
     _dump(out / "errors.json", dict(errors.most_common()))
     _dump(out / "splits.json", dict(sorted(splits.items())))
-    _dump(out / "filter.json", filter_counters)
     _dump(out / "summary.json", summary)
     _plot_strategies(strategies, out / "strategy_distribution.png")
     _plot_outcomes(verification, out / "verification_outcomes.png")
