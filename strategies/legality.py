@@ -35,9 +35,24 @@ def separating_dim(acc: Access, var: str, loops: tuple[Loop, ...]) -> int | None
             lo, hi = bounds[other]
             rest_span += abs(k) * (hi - lo)
         else:
-            if rest_span < c:
+            if rest_span < c or _mixed_radix(form[0], bounds):
                 return d
     return None
+
+
+def _mixed_radix(coeffs: dict[str, int], bounds) -> bool:
+    """Whether an affine subscript is injective in all its variables jointly, like the digits of a
+    mixed-radix number (`g*4+a` with a in 0..3): each coefficient exceeds the span of all smaller terms.
+    Then distinct values of any one variable give distinct elements."""
+    if any(v not in bounds for v in coeffs):
+        return False
+    span = 0
+    for v, k in sorted(coeffs.items(), key=lambda kv: abs(kv[1])):
+        if abs(k) <= span:
+            return False
+        lo, hi = bounds[v]
+        span += abs(k) * (hi - lo)
+    return True
 
 
 def loop_carries_dependence(stmts: list[tuple[Stmt, tuple[Loop, ...]]], var: str) -> str | None:
@@ -83,3 +98,68 @@ def iterations(loops: tuple[Loop, ...]) -> int:
 
 __all__ = ["body_statements", "separating_dim", "loop_carries_dependence", "uses_var", "iterations",
            "index_range"]
+
+
+# --- dependences between loops, statements and nests (graph and loop strategies) ---------------------
+
+def carrying_loops(stmts: list[tuple[Stmt, tuple[Loop, ...]]], loops: tuple[Loop, ...]) -> list[str]:
+    """The loops of `loops` across whose iterations the statements may interact (dependence carried);
+    the others can move anywhere in the band without changing the order of dependent accesses."""
+    return [lp.var for lp in loops if loop_carries_dependence(stmts, lp.var) is not None]
+
+
+def keeps_relative_order(old: list[str], new: list[str], keep: list[str]) -> bool:
+    """Whether the loops in `keep` appear in the same relative order in `new` as in `old`."""
+    return [v for v in old if v in keep] == [v for v in new if v in keep]
+
+
+def stmt_reads(stmt: Stmt) -> list[Access]:
+    return list(_reads(stmt))
+
+
+def written_tensors(stmts) -> list[str]:
+    return list(dict.fromkeys(s.lhs.tensor for s, _ in stmts))
+
+
+def read_tensors(stmts) -> list[str]:
+    return list(dict.fromkeys(a.tensor for s, _ in stmts for a in _reads(s)))
+
+
+def conflicts(first, second) -> list[tuple[str, Access, tuple, Access, tuple]]:
+    """Pairs of accesses to one tensor, one from each statement list, at least one a write
+    (true, anti and output dependences): (kind, access in first, its loops, access in second, loops)."""
+    out = []
+    for s1, l1 in first:
+        acc1 = [("w", s1.lhs)] + [("r", a) for a in _reads(s1)]
+        for s2, l2 in second:
+            acc2 = [("w", s2.lhs)] + [("r", a) for a in _reads(s2)]
+            for k1, a1 in acc1:
+                for k2, a2 in acc2:
+                    if a1.tensor == a2.tensor and "w" in (k1, k2):
+                        kind = {"wr": "true", "rw": "anti", "ww": "output"}[k1 + k2]
+                        out.append((kind, a1, l1, a2, l2))
+    return out
+
+
+def dependence_names(first, second) -> list[str]:
+    """'true dependence on X', 'anti dependence on Y', ... between two statement lists."""
+    return list(dict.fromkeys(f"{kind} dependence on {a1.tensor}" for kind, a1, _, _, _ in conflicts(first, second)))
+
+
+def aligned(a1: Access, l1: tuple[Loop, ...], a2: Access, l2: tuple[Loop, ...], var: str) -> bool:
+    """Both accesses name the same element only at the same value of `var`: the same subscript in a
+    dimension that separates the values of `var` in both."""
+    d1, d2 = separating_dim(a1, var, l1), separating_dim(a2, var, l2)
+    return d1 is not None and d1 == d2 and a1.indices[d1] == a2.indices[d2]
+
+
+def misaligned(first, second, fused: list[str]) -> str | None:
+    """Why executing `second` interleaved with `first` over the shared loops `fused` (per iteration:
+    first's part, then second's part) could change a result, or None: every conflicting access
+    pair must meet only at the same iteration of every shared loop."""
+    for kind, a1, l1, a2, l2 in conflicts(first, second):
+        for var in fused:
+            if not aligned(a1, l1, a2, l2, var):
+                return (f"{kind} dependence on {a1.tensor}: the two accesses can meet at different "
+                        f"iterations of {var}")
+    return None

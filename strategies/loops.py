@@ -1,30 +1,413 @@
-"""Operator-level strategies: loop transformations on one nest."""
+"""Operator-level strategies: loop transformations on one nest (or two adjacent nests).
+
+Legality rests on one fact (`legality.carrying_loops`): a loop whose iterations do not interact can
+move anywhere in its band; the loops that carry a dependence (a reduction axis, a scan, a repeated
+store) must keep their relative order. Keeping that order also keeps the order in which each
+accumulator element is updated, so reordering, splitting and tiling are bitwise exact.
+"""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import product
 
-from leir.ast import Loop, Nest
+from leir.analysis import lhs_vars, reduction_op
+from leir.ast import BinOp, Loop, Nest, Num, Program, Stmt, Var, map_stmt
+from leir.names import BIND_PREFIXES, bind_name
 from strategies.base import Context, Illegal, Rewrite, Site, Strategy
-from strategies.legality import body_statements, iterations, loop_carries_dependence
+from strategies.legality import (
+    body_statements,
+    carrying_loops,
+    iterations,
+    keeps_relative_order,
+    loop_carries_dependence,
+    misaligned,
+    written_tensors,
+)
 from strategies.registry import register
-from strategies.tree import get_item, replace_item
+from strategies.tree import (
+    enclosing_loops,
+    fresh_indices,
+    fresh_tensors,
+    get_item,
+    loop_vars,
+    map_nest_stmts,
+    rename_vars_in_nest,
+    replace_item,
+)
+
+MAX_FACTORS = 8        # divisors tried per split loop
+MAX_TILES = 12         # factor pairs tried per tiled loop pair
+MAX_ORDERS = 16        # loop pairs swapped per band
+MAX_UNROLL = 16        # largest extent unrolled
+MAX_UNROLL_BODY = 512  # copies of the innermost body an unrolled loop may create
+MAX_VECTOR = 64        # largest extent vectorized
+MAX_THREADS = 1024     # CUDA threads per block
 
 
 def loop_positions(ctx: Context) -> Iterator[tuple[int, tuple[int, ...], int, Nest, tuple[Loop, ...]]]:
     """(top nest, path to the nest, loop position, nest, enclosing loops) for every loop, program order."""
-    def visit(top, path, nest, outer):
+    for top, path, nest, outer in bands(ctx.program):
         for k in range(len(nest.loops)):
             yield top, path, k, nest, outer
+
+
+def bands(program: Program) -> Iterator[tuple[int, tuple[int, ...], Nest, tuple[Loop, ...]]]:
+    """(top nest, path, nest, enclosing loops) for every nest, nested ones included, program order."""
+    def visit(top, path, nest, outer):
+        yield top, path, nest, outer
         for i, item in enumerate(nest.body):
             if isinstance(item, Nest):
                 yield from visit(top, path + (i,), item, outer + nest.loops)
 
-    for top, nest in enumerate(ctx.program.nests):
+    for top, nest in enumerate(program.nests):
         yield from visit(top, (), nest, ())
 
 
 def with_loop(nest: Nest, k: int, loop: Loop) -> Nest:
     return Nest(nest.loops[:k] + (loop,) + nest.loops[k + 1:], nest.body)
+
+
+def divisors(n: int) -> list[int]:
+    """Proper divisors of n (1 < d < n), ascending."""
+    return [d for d in range(2, n) if n % d == 0]
+
+
+def substitute_in_nest(nest: Nest, mapping: dict) -> Nest:
+    return map_nest_stmts(nest, lambda s: map_stmt(s, lambda n: mapping.get(n.name, n)
+                                                   if isinstance(n, Var) else n))
+
+
+def split_loop(nest: Nest, k: int, factor: int, outer_var: str) -> Nest:
+    """Loop k of `nest` split into an outer loop `outer_var` (extent/factor) and an inner loop that
+    keeps the name and kind (a parallel loop stays parallel outside); v -> outer*factor + v."""
+    lp = nest.loops[k]
+    outer_kind = "P" if lp.kind == "P" else "L"
+    inner_kind = "L" if lp.kind == "P" else lp.kind
+    outer = Loop(outer_kind, lp.extent // factor, outer_var)
+    inner = Loop(inner_kind, factor, lp.var)
+    index = BinOp("+", BinOp("*", Var(outer_var), Num(factor)), Var(lp.var))
+    if lp.start:
+        index = BinOp("+", index, Num(lp.start))
+    body = substitute_in_nest(Nest((), nest.body), {lp.var: index}).body
+    return Nest(nest.loops[:k] + (outer, inner) + nest.loops[k + 1:], body)
+
+
+def band_carries(program: Program, top: int, path: tuple[int, ...], nest: Nest) -> list[str]:
+    stmts = body_statements(nest, enclosing_loops(program, top, path))
+    return carrying_loops(stmts, nest.loops)
+
+
+def reorder_facts(carry: list[str], order_old: list[str], order_new: list[str]) -> tuple[str, ...]:
+    facts = []
+    free = [v for v in order_old if v not in carry]
+    if free:
+        facts.append(f"iterations of {', '.join(free)} are independent (each writes its own elements "
+                     "and reads no element another iteration writes), so these loops can move freely")
+    if carry:
+        facts.append(f"{', '.join(carry)} carr{'ies' if len(carry) == 1 else 'y'} a dependence (reduction "
+                     "axis or repeated store); their relative order is unchanged, so every accumulator "
+                     "element is updated in the same order as before")
+    return tuple(facts)
+
+
+def nest_text_loops(nest: Nest) -> str:
+    return "".join(f"{lp.var}({lp.extent})" for lp in nest.loops)
+
+
+@register
+class LoopReorder(Strategy):
+    name = "loop_reorder"
+    level = "operator"
+    exactness = "exact"
+    description = "Interchange two loops of a nest when no dependence is reversed."
+
+    def sites(self, ctx):
+        for top, path, nest, _ in bands(ctx.program):
+            if len(self._movable(ctx, nest)) >= 2:
+                yield Site(top, path, loops=tuple(lp.var for lp in nest.loops))
+
+    def _movable(self, ctx, nest):
+        # On CUDA the thread-bound loops stay where they are (outside the serial work).
+        return [k for k, lp in enumerate(nest.loops) if not (ctx.gpu and lp.kind == "B")]
+
+    def parameters(self, ctx, site):
+        nest = get_item(ctx.program, site.nest, site.path)
+        movable = self._movable(ctx, nest)
+        pairs = [(i, j) for n, i in enumerate(movable) for j in movable[n + 1:]]
+        for i, j in pairs[:MAX_ORDERS]:
+            yield {"swap": [nest.loops[i].var, nest.loops[j].var]}
+
+    def rewrite(self, ctx, site, params):
+        nest = get_item(ctx.program, site.nest, site.path)
+        names = [lp.var for lp in nest.loops]
+        i, j = (names.index(v) for v in params["swap"])
+        loops = list(nest.loops)
+        loops[i], loops[j] = loops[j], loops[i]
+        new_order = [lp.var for lp in loops]
+        carry = band_carries(ctx.program, site.nest, site.path, nest)
+        if not keeps_relative_order(names, new_order, carry):
+            raise Illegal(f"{', '.join(params['swap'])} both carry dependences (e.g. two reduction axes); "
+                          "swapping them would change the order of the updates")
+        if any(lp.kind == "V" for lp in loops[:-1]):
+            raise Illegal("the vectorized loop must stay innermost")
+        new = Nest(tuple(loops), nest.body)
+        a, b = nest.loops[i], nest.loops[j]
+        effect = (f"Swapping {a.var} (extent {a.extent}) and {b.var} (extent {b.extent}) changes the "
+                  f"traversal from {nest_text_loops(nest)} to {nest_text_loops(new)}, which changes which "
+                  "subscripts vary fastest (stride-1 access and reuse in the innermost loop).")
+        return Rewrite(replace_item(ctx.program, site.nest, site.path, (new,)),
+                       reorder_facts(carry, names, new_order), effect)
+
+
+@register
+class LoopSplit(Strategy):
+    name = "loop_split"
+    level = "operator"
+    exactness = "exact"
+    description = "Split a loop into an outer and an inner loop (v = outer*factor + inner)."
+
+    def sites(self, ctx):
+        for top, path, k, nest, _ in loop_positions(ctx):
+            if divisors(nest.loops[k].extent):
+                yield Site(top, path, loops=(nest.loops[k].var,), extra=(("loop_index", k),))
+
+    def parameters(self, ctx, site):
+        nest = get_item(ctx.program, site.nest, site.path)
+        k = dict(site.extra)["loop_index"]
+        for f in divisors(nest.loops[k].extent)[:MAX_FACTORS]:
+            yield {"factor": f}
+
+    def rewrite(self, ctx, site, params):
+        nest = get_item(ctx.program, site.nest, site.path)
+        k, f = dict(site.extra)["loop_index"], params["factor"]
+        lp = nest.loops[k]
+        if f <= 1 or lp.extent % f or f >= lp.extent:
+            raise Illegal(f"{f} is not a proper divisor of the extent {lp.extent}")
+        outer = fresh_indices(ctx.program).fresh()
+        new = split_loop(nest, k, f, outer)
+        facts = (f"{f} divides the extent {lp.extent} exactly, so {outer}*{f}+{lp.var} enumerates 0..{lp.extent - 1} "
+                 "once each, in the original order",)
+        effect = (f"Loop {lp.var} (extent {lp.extent}) becomes {outer} ({lp.extent // f}) x {lp.var} ({f}): an "
+                  f"inner block of {f} iterations that can later be vectorized, unrolled or bound, or "
+                  "reordered for locality.")
+        return Rewrite(replace_item(ctx.program, site.nest, site.path, (new,)), facts, effect)
+
+
+@register
+class LoopTiling(Strategy):
+    name = "loop_tiling"
+    level = "operator"
+    exactness = "exact"
+    description = "Tile two adjacent loops: split both and move the tile loops outside the point loops."
+
+    def sites(self, ctx):
+        for top, path, nest, _ in bands(ctx.program):
+            for k in range(len(nest.loops) - 1):
+                a, b = nest.loops[k], nest.loops[k + 1]
+                if divisors(a.extent) and divisors(b.extent):
+                    yield Site(top, path, loops=(a.var, b.var), extra=(("loop_index", k),))
+
+    def parameters(self, ctx, site):
+        nest = get_item(ctx.program, site.nest, site.path)
+        k = dict(site.extra)["loop_index"]
+        pairs = list(product(divisors(nest.loops[k].extent), divisors(nest.loops[k + 1].extent)))
+        for fa, fb in pairs[:MAX_TILES]:
+            yield {"factors": [fa, fb]}
+
+    def rewrite(self, ctx, site, params):
+        nest = get_item(ctx.program, site.nest, site.path)
+        k = dict(site.extra)["loop_index"]
+        fa, fb = params["factors"]
+        a, b = nest.loops[k], nest.loops[k + 1]
+        if a.extent % fa or b.extent % fb or not (1 < fa < a.extent and 1 < fb < b.extent):
+            raise Illegal("tile sizes must be proper divisors of the extents")
+        names = fresh_indices(ctx.program)
+        ao, bo = names.fresh(), names.fresh()
+        split = split_loop(split_loop(nest, k + 1, fb, bo), k, fa, ao)  # ao a bo b
+        loops = list(split.loops)
+        loops[k + 1], loops[k + 2] = loops[k + 2], loops[k + 1]          # ao bo a b
+        old_order = [lp.var for lp in split.loops]
+        new_order = [lp.var for lp in loops]
+        probe = replace_item(ctx.program, site.nest, site.path, (split,))
+        carry = band_carries(probe, site.nest, site.path, split)
+        if not keeps_relative_order(old_order, new_order, carry):
+            raise Illegal(f"{a.var} and {b.var} both carry dependences: moving the tile loop {bo} outside "
+                          f"{a.var} would reorder the updates")
+        new = Nest(tuple(loops), split.body)
+        facts = (f"{fa} divides {a.extent} and {fb} divides {b.extent}",) + reorder_facts(carry, old_order, new_order)
+        effect = (f"The {a.extent}x{b.extent} iteration space of {a.var},{b.var} is walked in {fa}x{fb} tiles "
+                  f"({a.extent // fa}x{b.extent // fb} of them), so the data a tile touches stays in cache "
+                  "while it is reused.")
+        return Rewrite(replace_item(ctx.program, site.nest, site.path, (new,)), facts, effect)
+
+
+@register
+class LoopFusion(Strategy):
+    name = "loop_fusion"
+    level = "operator"
+    exactness = "exact"
+    description = "Fuse the common outer loops of two adjacent nests into one loop nest."
+
+    def sites(self, ctx):
+        nests = ctx.program.nests
+        for i in range(len(nests) - 1):
+            if common_depth(nests[i], nests[i + 1]):
+                yield Site(i, loops=tuple(lp.var for lp in nests[i].loops[:common_depth(nests[i], nests[i + 1])]),
+                           extra=(("nests", [i, i + 1]),))
+
+    def parameters(self, ctx, site):
+        nests = ctx.program.nests
+        for depth in range(1, common_depth(nests[site.nest], nests[site.nest + 1]) + 1):
+            yield {"depth": depth}
+
+    def rewrite(self, ctx, site, params):
+        fused, facts, effect = fuse_nests(ctx.program, site.nest, params["depth"])
+        program = Program(ctx.program.nests[:site.nest] + (fused,) + ctx.program.nests[site.nest + 2:])
+        return Rewrite(program, facts, effect)
+
+
+def common_depth(a: Nest, b: Nest) -> int:
+    """How many leading loops two nests share (same kind and extent; bound loops the same binding)."""
+    depth = 0
+    for la, lb in zip(a.loops, b.loops, strict=False):
+        if la.kind != lb.kind or la.extent != lb.extent or la.start != lb.start:
+            break
+        if la.kind == "B" and la.var != lb.var:
+            break
+        depth += 1
+    return depth
+
+
+def fuse_nests(program: Program, i: int, depth: int) -> tuple[Nest, tuple[str, ...], str]:
+    """Nests i and i+1 fused over their first `depth` loops; raises Illegal when a dependence between
+    them would be reversed."""
+    a, b = program.nests[i], program.nests[i + 1]
+    if depth < 1 or depth > common_depth(a, b):
+        raise Illegal("the nests do not share that many loops")
+    shared = a.loops[:depth]
+    mapping = {lb.var: la.var for la, lb in zip(shared, b.loops[:depth], strict=True)}
+    fresh = fresh_indices(program)
+    taken = {lp.var for lp in shared}
+    for lb in b.loops[depth:]:
+        if lb.var in taken:
+            mapping[lb.var] = fresh.fresh()
+    b = rename_vars_in_nest(b, mapping)
+    first = body_statements(a)
+    second = body_statements(b)
+    reason = misaligned(first, second, [lp.var for lp in shared])
+    if reason:
+        raise Illegal(reason)
+    for lp in shared:
+        if lp.kind in ("P", "V"):  # such a loop must stay free of carried dependences (LEIR.md §4.1)
+            why = loop_carries_dependence(first + second, lp.var)
+            if why:
+                raise Illegal(f"the fused {lp.kind} loop {lp.var} would carry a dependence: {why}")
+    body = part(a, depth) + part(b, depth)
+    fused = Nest(shared, body)
+    common = [t for t in written_tensors(first) if t in {x for s, _ in second for x in _names(s)}]
+    facts = (f"the nests share {depth} loop{'s' if depth > 1 else ''} "
+             f"({', '.join(f'{lp.var}:{lp.extent}' for lp in shared)}) with the same extents and kinds",
+             "every element one nest writes and the other accesses is accessed at the same iteration of "
+             "the shared loops, and within an iteration the first nest's part still runs first",
+             "statement order is unchanged, so implicit initialisations stay as they were")
+    reuse = f"; {', '.join(common)} is produced and consumed in the same iteration" if common else ""
+    effect = (f"One pass over {iterations(shared)} iterations of {', '.join(lp.var for lp in shared)} instead of "
+              f"two{reuse}, which saves loop overhead and improves locality.")
+    return fused, facts, effect
+
+
+def _names(stmt: Stmt) -> list[str]:
+    from leir.ast import accesses
+
+    return [stmt.lhs.tensor] + [a.tensor for a in accesses(stmt.rhs)]
+
+
+def part(nest: Nest, depth: int) -> tuple:
+    """The body items a nest contributes when its first `depth` loops are fused away."""
+    if depth == len(nest.loops):
+        return nest.body
+    return (Nest(nest.loops[depth:], nest.body),)
+
+
+def _under(ctx: Context, site_nest: int, path, nest: Nest, k: int):
+    outer = enclosing_loops(ctx.program, site_nest, path) + nest.loops[:k + 1]
+    return body_statements(Nest(nest.loops[k + 1:], nest.body), outer)
+
+
+@register
+class LoopUnrolling(Strategy):
+    name = "loop_unrolling"
+    level = "operator"
+    exactness = "exact"
+    description = "Unroll a serial loop with a small extent (U)."
+
+    def sites(self, ctx):
+        for top, path, k, nest, _outer in loop_positions(ctx):
+            lp = nest.loops[k]
+            if lp.kind == "L" and 2 <= lp.extent <= MAX_UNROLL:
+                yield Site(top, path, loops=(lp.var,), extra=(("loop_index", k),))
+
+    def rewrite(self, ctx, site, params):
+        nest = get_item(ctx.program, site.nest, site.path)
+        k = dict(site.extra)["loop_index"]
+        lp = nest.loops[k]
+        outer = enclosing_loops(ctx.program, site.nest, site.path) + nest.loops[:k]
+        copies = lp.extent * iterations(tuple(x for x in outer if x.kind == "U"))
+        body = lp.extent * _body_iterations(Nest(nest.loops[k + 1:], nest.body))
+        if lp.kind != "L" or lp.extent > MAX_UNROLL or body > MAX_UNROLL_BODY:
+            raise Illegal(f"unrolling {lp.var} would copy the body {body} times")
+        new = with_loop(nest, k, Loop("U", lp.extent, lp.var, lp.start))
+        facts = (f"the extent {lp.extent} is a small constant (at most {MAX_UNROLL})",
+                 f"the unrolled code holds {body} copies of the innermost body (at most {MAX_UNROLL_BODY}), "
+                 f"{copies} counting enclosing unrolled loops",
+                 "unrolling keeps the execution order, so it cannot change a result")
+        effect = (f"The {lp.extent} iterations of {lp.var} are written out: no loop counter or branch per "
+                  "iteration, and the compiler can schedule the copies together.")
+        return Rewrite(replace_item(ctx.program, site.nest, site.path, (new,)), facts, effect)
+
+
+def _body_iterations(nest: Nest) -> int:
+    inner = [_body_iterations(i) for i in nest.body if isinstance(i, Nest)]
+    return iterations(nest.loops) * max([1] + inner)
+
+
+@register
+class LoopVectorization(Strategy):
+    name = "loop_vectorization"
+    level = "operator"
+    exactness = "exact"
+    description = "Vectorize the innermost spatial loop of a nest on the CPU (V)."
+
+    def sites(self, ctx):
+        if ctx.gpu:
+            return  # on CUDA the parallel axis is the thread binding
+        for top, path, k, nest, _ in loop_positions(ctx):
+            innermost = k == len(nest.loops) - 1 and all(isinstance(i, Stmt) for i in nest.body)
+            lp = nest.loops[k]
+            if innermost and lp.kind == "L" and 2 <= lp.extent <= MAX_VECTOR:
+                yield Site(top, path, loops=(lp.var,), extra=(("loop_index", k),))
+
+    def rewrite(self, ctx, site, params):
+        if ctx.gpu:
+            raise Illegal("vector loops have no meaning inside a CUDA kernel")
+        nest = get_item(ctx.program, site.nest, site.path)
+        k = dict(site.extra)["loop_index"]
+        lp = nest.loops[k]
+        stmts = _under(ctx, site.nest, site.path, nest, k)
+        reason = loop_carries_dependence(stmts, lp.var)
+        if reason:
+            raise Illegal(reason)
+        outer = enclosing_loops(ctx.program, site.nest, site.path) + nest.loops[:k]
+        if any(x.kind == "V" for x in outer):
+            raise Illegal("an enclosing loop is already vectorized")
+        new = with_loop(nest, k, Loop("V", lp.extent, lp.var, lp.start))
+        unit = [s.lhs.tensor for s, _ in stmts if s.lhs.indices and s.lhs.indices[-1] == Var(lp.var)]
+        facts = (f"{lp.var} is the innermost loop and a spatial axis of every statement below it",
+                 f"the extent {lp.extent} is small (at most {MAX_VECTOR}) and the target is the CPU",
+                 f"no statement reads an element that another iteration of {lp.var} writes")
+        stride = f"; {', '.join(unit)} is written with stride 1" if unit else ""
+        effect = f"The {lp.extent} iterations of {lp.var} run as SIMD lanes{stride}."
+        return Rewrite(replace_item(ctx.program, site.nest, site.path, (new,)), facts, effect)
 
 
 @register
@@ -43,29 +426,172 @@ class LoopParallelization(Strategy):
         nest = get_item(ctx.program, site.nest, site.path)
         k = dict(site.extra)["loop_index"]
         loop = nest.loops[k]
-        enclosing = [lp for lp in nest.loops[:k] if lp.kind == "P"]
-        if enclosing or any(lp.kind == "P" for lp in _outer_loops(ctx, site)):
-            raise Illegal("an enclosing loop is already parallel")
-        inner = Nest(nest.loops[k + 1:], nest.body)
-        stmts = body_statements(inner, nest.loops[:k + 1])
+        outer = enclosing_loops(ctx.program, site.nest, site.path) + nest.loops[:k]
+        if any(lp.kind == "P" for lp in outer) or _has_inner_parallel(Nest(nest.loops[k + 1:], nest.body)):
+            raise Illegal("an enclosing or enclosed loop is already parallel")
+        stmts = _under(ctx, site.nest, site.path, nest, k)
         reason = loop_carries_dependence(stmts, loop.var)
         if reason:
             raise Illegal(reason)
         new = with_loop(nest, k, Loop("P", loop.extent, loop.var, loop.start))
-        work = iterations(nest.loops[k + 1:])
+        work = _body_iterations(Nest(nest.loops[k + 1:], nest.body))
         facts = (f"every statement under {loop.var} writes a distinct element per iteration of {loop.var} "
                  f"(it is a spatial axis of {', '.join(dict.fromkeys(s.lhs.tensor for s, _ in stmts))})",
                  f"no statement reads an element that another iteration of {loop.var} writes",
-                 "no enclosing loop is already parallel")
+                 "no enclosing or enclosed loop is already parallel")
         effect = (f"The {loop.extent} iterations of {loop.var} are independent, each doing {work} inner "
                   f"iteration{'s' if work != 1 else ''} of work, so they can run on separate cores.")
         return Rewrite(replace_item(ctx.program, site.nest, site.path, (new,)), facts, effect)
 
 
-def _outer_loops(ctx: Context, site: Site) -> tuple[Loop, ...]:
-    loops: tuple[Loop, ...] = ()
-    item = ctx.program.nests[site.nest]
-    for i in site.path:
-        loops += item.loops
-        item = item.body[i]
-    return loops
+def _has_inner_parallel(nest: Nest) -> bool:
+    return any(lp.kind == "P" for lp in nest.loops) or any(
+        _has_inner_parallel(i) for i in nest.body if isinstance(i, Nest))
+
+
+def _bound_loops(nest: Nest) -> list[Loop]:
+    out = [lp for lp in nest.loops if lp.kind == "B"]
+    for item in nest.body:
+        if isinstance(item, Nest):
+            out += _bound_loops(item)
+    return out
+
+
+@register
+class LoopBinding(Strategy):
+    name = "loop_binding"
+    level = "operator"
+    exactness = "exact"
+    description = "Bind a loop with independent iterations to a CUDA thread or block index (B)."
+
+    def sites(self, ctx):
+        if not ctx.gpu:
+            return  # binding only means something on a GPU target
+        for top, path, k, nest, _ in loop_positions(ctx):
+            if nest.loops[k].kind in ("L", "P"):
+                yield Site(top, path, loops=(nest.loops[k].var,), extra=(("loop_index", k),))
+
+    def parameters(self, ctx, site):
+        bound = _bound_loops(ctx.program.nests[site.nest])
+        used = {lp.var[:2] for lp in bound}
+        for prefix in BIND_PREFIXES:
+            if prefix not in used:
+                yield {"axis": prefix}
+
+    def rewrite(self, ctx, site, params):
+        if not ctx.gpu:
+            raise Illegal("the target is not a GPU")
+        nest = get_item(ctx.program, site.nest, site.path)
+        k = dict(site.extra)["loop_index"]
+        lp = nest.loops[k]
+        axis = params["axis"]
+        bound = _bound_loops(ctx.program.nests[site.nest])
+        if axis in {b.var[:2] for b in bound}:
+            raise Illegal(f"{axis} is already bound in this nest")
+        threads = iterations(tuple(b for b in bound if b.var[0] == "t")) * (lp.extent if axis[0] == "t" else 1)
+        if threads > MAX_THREADS or (axis == "tz" and lp.extent > 64):
+            raise Illegal(f"a block would have {threads} threads (at most {MAX_THREADS})")
+        stmts = _under(ctx, site.nest, site.path, nest, k)
+        reason = loop_carries_dependence(stmts, lp.var)
+        if reason:
+            raise Illegal(reason)
+        name = bind_name(axis, loop_vars(ctx.program))
+        renamed = substitute_in_nest(Nest(nest.loops[k + 1:], nest.body), {lp.var: Var(name)})
+        new = Nest(nest.loops[:k] + (Loop("B", lp.extent, name, lp.start),) + renamed.loops, renamed.body)
+        kind = "thread" if axis[0] == "t" else "block"
+        facts = (f"iterations of {lp.var} write distinct elements and read no element another iteration writes",
+                 f"{axis} is not yet bound in this nest; the block has {threads} threads (at most {MAX_THREADS})",
+                 "the target is a GPU (CUDA)")
+        effect = (f"The {lp.extent} iterations of {lp.var} run on {lp.extent} GPU {kind}s ({name}) at once "
+                  "instead of one after another.")
+        return Rewrite(replace_item(ctx.program, site.nest, site.path, (new,)), facts, effect)
+
+
+@register
+class ReductionFactorization(Strategy):
+    name = "reduction_factorization"
+    level = "operator"
+    exactness = "reassociating"
+    description = ("Factor a reduction axis (rfactor): partial results per inner index into a new tensor, "
+                   "then a second, short reduction over them.")
+
+    def sites(self, ctx):
+        for top, nest in enumerate(ctx.program.nests):
+            if len(nest.body) != 1 or not isinstance(nest.body[0], Stmt):
+                continue
+            stmt = nest.body[0]
+            if reduction_op(stmt) is None:
+                continue
+            spatial = set(lhs_vars(stmt))
+            for k, lp in enumerate(nest.loops):
+                if lp.var not in spatial and lp.kind == "L" and divisors(lp.extent):
+                    yield Site(top, loops=(lp.var,), stmts=(self._order(ctx, top),),
+                               tensors=(stmt.lhs.tensor,), extra=(("loop_index", k),))
+
+    def _order(self, ctx, top):
+        return next(s.order for s in ctx.sites if s.nest_index == top)
+
+    def parameters(self, ctx, site):
+        lp = ctx.program.nests[site.nest].loops[dict(site.extra)["loop_index"]]
+        for f in divisors(lp.extent)[:MAX_FACTORS]:
+            yield {"factor": f}
+
+    def rewrite(self, ctx, site, params):
+        nest = ctx.program.nests[site.nest]
+        k, f = dict(site.extra)["loop_index"], params["factor"]
+        stmt = nest.body[0]
+        op = reduction_op(stmt)
+        lp = nest.loops[k]
+        if lp.extent % f or not 1 < f < lp.extent:
+            raise Illegal("the factor must properly divide the extent")
+        if op is None or lp.var in lhs_vars(stmt):
+            raise Illegal(f"{lp.var} is not a reduction axis of a reduction")
+        x = stmt.lhs
+        if any(a.tensor == x.tensor for a in _reads_without_self(stmt)):
+            raise Illegal(f"the reduced value reads {x.tensor} elsewhere than as the accumulator")
+        names = fresh_indices(ctx.program)
+        outer = names.fresh()
+        split = split_loop(nest, k, f, outer)
+        part_op = "+" if op == "-" else op
+        y_name = fresh_tensors(ctx.program, ctx.signature).fresh()
+        y = type(x)(y_name, x.dtype, "g", x.indices + (Var(lp.var),))
+        partial = map_stmt(split.body[0], lambda n: y if n == x else n)
+        spatial = set(lhs_vars(stmt))
+        combine_loops = tuple(q for q in nest.loops if q.var in spatial) + (Loop("L", f, lp.var),)
+        combine = Stmt(x, _combine(part_op, x, y))
+        first = Nest(split.loops, (partial,))
+        second = Nest(combine_loops, (combine,))
+        program = Program(ctx.program.nests[:site.nest] + (first, second) + ctx.program.nests[site.nest + 1:])
+        facts = (f"{x.tensor} is reduced with {op!r} over {lp.var}, which is not in its subscript",
+                 f"{f} divides the extent {lp.extent}",
+                 f"{y_name} is a fresh tensor; its partial results start from the identity of {part_op!r} "
+                 "(implicit initialisation), and the combining nest applies the same operator",
+                 "the association of the reduction changes, so results agree within rounding")
+        effect = (f"The reduction over {lp.var} ({lp.extent}) is factored into {f} independent partial "
+                  f"reductions of {lp.extent // f} terms ({y_name}), which can run in parallel, then combined.")
+        return Rewrite(program, facts, effect)
+
+
+def _reads_without_self(stmt: Stmt):
+    from leir.ast import accesses
+
+    op = reduction_op(stmt)
+    rhs = stmt.rhs
+    if op in ("max", "min"):
+        rest = rhs.args[1]
+        return list(accesses(rest))
+    # Left spine: X op e1 op e2 ...; collect accesses of the right operands only.
+    out = []
+    node = rhs
+    while isinstance(node, BinOp) and node != stmt.lhs:
+        out += list(accesses(node.rhs))
+        node = node.lhs
+    return out
+
+
+def _combine(op: str, x, y):
+    from leir.ast import Call
+
+    if op in ("max", "min"):
+        return Call(op, (x, y))
+    return BinOp(op, x, y)

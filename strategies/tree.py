@@ -69,3 +69,88 @@ def changed_nests(before: Program, after: Program) -> tuple[range, range]:
     while end_b > start and end_a > start and b[end_b - 1] == a[end_a - 1]:
         end_b, end_a = end_b - 1, end_a - 1
     return range(start, end_b), range(start, end_a)
+
+
+# --- helpers added for the graph, loop and memory strategies ----------------------------------------
+
+def map_program_stmts(program: Program, fn) -> Program:
+    """Apply `fn(stmt) -> stmt` to every statement of the program."""
+    return Program(tuple(map_nest_stmts(n, fn) for n in program.nests))
+
+
+def replace_expr(node, old, new):
+    """Replace every occurrence of the sub-expression `old` (structural equality) by `new`."""
+    return map_expr(node, lambda n: new if n == old else n)
+
+
+def enclosing_loops(program: Program, nest: int, path: tuple[int, ...]) -> tuple[Loop, ...]:
+    """The loops of the nests above the nest at (nest, path), outermost first (its own excluded)."""
+    loops: tuple[Loop, ...] = ()
+    item = program.nests[nest]
+    for i in path:
+        loops += item.loops
+        item = item.body[i]
+    return loops
+
+
+def loop_vars(program: Program) -> list[str]:
+    """Every loop variable (index or binding name) of the program, first occurrence order."""
+    seen: dict[str, None] = {}
+
+    def visit(nest: Nest):
+        for lp in nest.loops:
+            seen.setdefault(lp.var, None)
+        for item in nest.body:
+            if isinstance(item, Nest):
+                visit(item)
+
+    for n in program.nests:
+        visit(n)
+    return list(seen)
+
+
+def tensor_names_in(program: Program, signature=None) -> list[str]:
+    """Every tensor name of the program (and of the signature), first occurrence order."""
+    from leir.analysis import tensor_order
+
+    names = list(signature.names) if signature is not None else []
+    return list(dict.fromkeys(names + tensor_order(program)))
+
+
+def fresh_tensors(program: Program, signature=None):
+    """A `TensorNames` allocator continuing the sequence past every name in use (LEIR.md §6)."""
+    from leir.names import TensorNames
+
+    return TensorNames(tensor_names_in(program, signature))
+
+
+def fresh_indices(program: Program):
+    """An `IndexNames` allocator avoiding every loop variable in use."""
+    from leir.names import IndexNames
+
+    return IndexNames(loop_vars(program))
+
+
+def nest_items(nest: Nest, items: tuple) -> tuple:
+    """`items` wrapped in `nest`'s loops; without loops the items themselves (body splice)."""
+    return (Nest(nest.loops, items),) if nest.loops else items
+
+
+def vars_in(node) -> list[str]:
+    """Loop variables used in an expression (subscripts included), first occurrence order."""
+    from leir.ast import walk_expr
+
+    return list(dict.fromkeys(n.name for n in walk_expr(node) if isinstance(n, Var)))
+
+
+def with_stmts(nest: Nest, body: tuple) -> Nest:
+    return Nest(nest.loops, body)
+
+
+def literal(value) -> object:
+    """A LEIR literal for an int/float value (negative values and -inf as `Neg`)."""
+    from leir.ast import Neg, Num
+
+    if value < 0:
+        return Neg(Num(-value))
+    return Num(value)

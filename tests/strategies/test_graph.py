@@ -1,0 +1,108 @@
+"""Graph-level strategies: golden before/expected tests and refusals where illegal."""
+from __future__ import annotations
+
+from strategy_cases import assert_golden, results, sig
+
+S2 = sig(("A", [4, 8], "float64", "input"), ("C", [4, 8], "float64", "output"))
+EW = ("B^{4}_{tx=0}L^{8}_{a=0}[D^{f64,g}_{tx,a}=A^{f64,g}_{tx,a}-1;];"
+      "B^{4}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}+exp(D^{f64,g}_{tx,a});];")
+SOFT = ("B^{4}_{tx=0}L^{8}_{a=0}[D^{f64,g}_{tx}=max(D^{f64,g}_{tx},A^{f64,g}_{tx,a});];"
+        "B^{4}_{tx=0}L^{8}_{a=0}[E^{f64,g}_{tx}=E^{f64,g}_{tx}+exp(A^{f64,g}_{tx,a}-D^{f64,g}_{tx});];"
+        "B^{4}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{tx,a}=exp(A^{f64,g}_{tx,a}-D^{f64,g}_{tx})/E^{f64,g}_{tx};];")
+INLINED = "B^{4}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{tx,a}=A^{f64,g}_{tx,a}-1+exp(A^{f64,g}_{tx,a}-1);];"
+
+
+def test_compute_inline_golden_all_readers_or_one():
+    assert_golden("compute_inline", EW, [
+        INLINED,
+        "B^{4}_{tx=0}L^{8}_{a=0}[D^{f64,g}_{tx,a}=A^{f64,g}_{tx,a}-1;];" + INLINED,  # producer kept (dead now)
+    ], S2)
+
+
+def test_compute_inline_refuses_reductions_and_fma_changes():
+    assert results("compute_inline", SOFT, S2) == []  # D and E are reductions, not functions of indices
+    fma = EW.replace("A^{f64,g}_{tx,a}-1", "A^{f64,g}_{tx,a}*A^{f64,g}_{tx,a}")
+    assert results("compute_inline", fma, S2) == []   # a product inlined into a sum would become an FMA
+
+
+def test_dead_code_elimination_removes_what_nothing_live_reads():
+    dead = "B^{4}_{tx=0}L^{8}_{a=0}[D^{f64,g}_{tx,a}=A^{f64,g}_{tx,a}-1;];" + INLINED
+    assert_golden("dead_code_elimination", dead, [INLINED], S2)
+    assert results("dead_code_elimination", EW, S2) == []
+
+
+def test_dead_code_elimination_has_a_chain_of_thought():
+    from strategy_cases import ctx
+
+    from strategies.cot import answer
+    from strategies.registry import get
+    dead = "B^{4}_{tx=0}L^{8}_{a=0}[D^{f64,g}_{tx,a}=A^{f64,g}_{tx,a}-1;];" + INLINED
+    t = next(get("dead_code_elimination").transformations(ctx(dead, S2)))
+    text = answer(t)
+    assert "no statement that contributes to the output reads D" in text and "Removing 1 statement" in text
+
+
+def test_cse_golden_reuses_exp_across_nests():
+    assert_golden("common_subexpression_elimination", SOFT, [
+        "B^{4}_{tx=0}L^{8}_{a=0}[D^{f64,g}_{tx}=max(D^{f64,g}_{tx},A^{f64,g}_{tx,a});];"
+        "B^{4}_{tx=0}L^{8}_{a=0}[F^{f64,g}_{tx,a}=exp(A^{f64,g}_{tx,a}-D^{f64,g}_{tx});"
+        "E^{f64,g}_{tx}=E^{f64,g}_{tx}+F^{f64,g}_{tx,a};];"
+        "B^{4}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{tx,a}=F^{f64,g}_{tx,a}/E^{f64,g}_{tx};];"], S2)
+
+
+def test_cse_refuses_when_an_operand_changes_in_between():
+    changing = ("B^{4}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{tx,a}=exp(A^{f64,g}_{tx,a});];"
+                "B^{4}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{tx,a}=C^{f64,g}_{tx,a}*exp(A^{f64,g}_{tx,a});"
+                "C^{f64,g}_{tx,a}=exp(C^{f64,g}_{tx,a});];")
+    got = results("common_subexpression_elimination", changing, S2)
+    assert all("exp(C" in r for r in got)
+
+
+def test_operator_fusion_golden_fuses_as_deep_as_legal():
+    ew = EW.replace("exp(D^{f64,g}_{tx,a})", "A^{f64,g}_{tx,a}")
+    assert_golden("operator_fusion", ew, [
+        "B^{4}_{tx=0}L^{8}_{a=0}[D^{f64,g}_{tx,a}=A^{f64,g}_{tx,a}-1;C^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}+A^{f64,g}_{tx,a};];"],
+        S2)
+    got = results("operator_fusion", SOFT, S2)
+    assert got[0].startswith("B^{4}_{tx=0}[L^{8}_{a=0}[D")  # depth 1 only: D is complete after the a loop
+
+
+def test_operator_fission_golden_and_refusal():
+    two = "B^{4}_{tx=0}L^{8}_{a=0}[D^{f64,g}_{tx}=max(D^{f64,g}_{tx},A^{f64,g}_{tx,a});C^{f64,g}_{tx,a}=A^{f64,g}_{tx,a};];"
+    assert_golden("operator_fission", two, [
+        "B^{4}_{tx=0}L^{8}_{a=0}[D^{f64,g}_{tx}=max(D^{f64,g}_{tx},A^{f64,g}_{tx,a});];"
+        "B^{4}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{tx,a}=A^{f64,g}_{tx,a};];"],
+        sig(("A", [4, 8], "float64", "input"), ("C", [4, 8], "float64", "output"), ("D", [4], "float64", "output")))
+    # C reads the running maximum: after fission it would see the final one (a true dependence).
+    running = two.replace("C^{f64,g}_{tx,a}=A^{f64,g}_{tx,a}", "C^{f64,g}_{tx,a}=D^{f64,g}_{tx}")
+    assert results("operator_fission", running, S2) == []
+
+
+def test_expression_splitting_golden_and_fma_refusal():
+    assert_golden("expression_splitting", EW, [
+        "B^{4}_{tx=0}L^{8}_{a=0}[D^{f64,g}_{tx,a}=A^{f64,g}_{tx,a}-1;];"
+        "B^{4}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{tx,a}=D^{f64,g}_{tx,a};C^{f64,g}_{tx,a}=C^{f64,g}_{tx,a}+exp(D^{f64,g}_{tx,a});];"],
+        S2)
+    fma = "B^{4}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{tx,a}=A^{f64,g}_{tx,a}*3+A^{f64,g}_{tx,a}*A^{f64,g}_{tx,a};];"
+    assert results("expression_splitting", fma, S2) == []
+
+
+def test_expression_reorder_operands_and_independent_nests_only():
+    two = ("B^{4}_{tx=0}L^{8}_{a=0}[D^{f64,g}_{tx,a}=A^{f64,g}_{tx,a};];"
+           "B^{4}_{tx=0}L^{8}_{a=0}[E^{f64,g}_{tx,a}=exp(A^{f64,g}_{tx,a});];"
+           "B^{4}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}*E^{f64,g}_{tx,a};];")
+    got = results("expression_reorder", two, S2)
+    assert got == [
+        two.replace("D^{f64,g}_{tx,a}*E^{f64,g}_{tx,a}", "E^{f64,g}_{tx,a}*D^{f64,g}_{tx,a}"),
+        "B^{4}_{tx=0}L^{8}_{a=0}[E^{f64,g}_{tx,a}=exp(A^{f64,g}_{tx,a});];"
+        "B^{4}_{tx=0}L^{8}_{a=0}[D^{f64,g}_{tx,a}=A^{f64,g}_{tx,a};];"
+        "B^{4}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}*E^{f64,g}_{tx,a};];",
+    ]  # nests 2 and 3 are not swapped (true dependence on E); the accumulator X+e keeps its form
+
+
+def test_expression_reorder_respects_anti_and_output_dependences():
+    anti = ("B^{4}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{tx,a}=D^{f64,g}_{tx,a};D^{f64,g}_{tx,a}=A^{f64,g}_{tx,a};];")
+    out = ("B^{4}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{tx,a}=A^{f64,g}_{tx,a};C^{f64,g}_{tx,a}=exp(A^{f64,g}_{tx,a});];")
+    assert results("expression_reorder", anti, S2) == []
+    assert results("expression_reorder", out, S2) == []
+    assert results("expression_reorder", SOFT, S2) == []  # D=max(D,..) and E=E+.. keep their accumulator form

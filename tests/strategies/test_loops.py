@@ -1,0 +1,126 @@
+"""Operator-level strategies: golden before/expected tests and refusals where illegal."""
+from __future__ import annotations
+
+from strategy_cases import assert_golden, results, sig
+
+M_SIG = sig(("A", [4, 6], "float64", "input"), ("C", [6, 8], "float64", "input"), ("D", [4, 8], "float64", "output"))
+MM = "B^{4}_{tx=0}L^{8}_{a=0}L^{6}_{c=0}[D^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}+A^{f64,g}_{tx,c}*C^{f64,g}_{c,a};];"
+BODY = "[D^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}+A^{f64,g}_{tx,c}*C^{f64,g}_{c,a};];"
+S2 = sig(("A", [4, 8], "float64", "input"), ("C", [4, 8], "float64", "output"))
+SOFT = ("B^{4}_{tx=0}L^{8}_{a=0}[D^{f64,g}_{tx}=max(D^{f64,g}_{tx},A^{f64,g}_{tx,a});];"
+        "B^{4}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{tx,a}=exp(A^{f64,g}_{tx,a}-D^{f64,g}_{tx});];")
+CONV_SIG = sig(("A", [2, 6], "float64", "input"), ("C", [2, 3], "float64", "input"), ("D", [2, 4], "float64", "output"))
+# Two reduction axes (g, h): their relative order is the order of the float updates.
+TWO_RED = "B^{2}_{tx=0}L^{4}_{a=0}L^{2}_{g=0}L^{3}_{h=0}[D^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}+A^{f64,g}_{g,a+h}*C^{f64,g}_{g,h};];"
+SCAN_SIG = sig(("A", [2, 6], "float64", "input"), ("C", [2, 6], "float64", "output"))
+SCAN = "B^{2}_{tx=0}L^{6}_{a=0}[C^{f64,g}_{tx,a}=max(if_then_else(a-1<0,-inf,C^{f64,g}_{tx,a-1}),A^{f64,g}_{tx,a});];"
+
+
+def test_loop_reorder_golden_moves_free_loops_around_the_reduction_axis():
+    assert_golden("loop_reorder", MM, [
+        "L^{8}_{a=0}B^{4}_{tx=0}L^{6}_{c=0}" + BODY,
+        "L^{6}_{c=0}L^{8}_{a=0}B^{4}_{tx=0}" + BODY,
+        "B^{4}_{tx=0}L^{6}_{c=0}L^{8}_{a=0}" + BODY,
+    ], M_SIG)
+
+
+def test_loop_reorder_keeps_bound_loops_in_place_on_cuda():
+    assert_golden("loop_reorder", MM, ["B^{4}_{tx=0}L^{6}_{c=0}L^{8}_{a=0}" + BODY], M_SIG, "cuda")
+
+
+def test_loop_reorder_never_swaps_two_reduction_axes_or_a_scan():
+    got = results("loop_reorder", TWO_RED, CONV_SIG)
+    assert got and all("L^{2}_{g=0}" in r.split("L^{3}_{h=0}")[0] for r in got)  # g stays before h
+    # tx is free, so it may move inside the scan loop a (the order of a's iterations is kept).
+    assert results("loop_reorder", SCAN, SCAN_SIG) == [SCAN.replace("B^{2}_{tx=0}L^{6}_{a=0}", "L^{6}_{a=0}B^{2}_{tx=0}")]
+
+
+def test_loop_split_golden():
+    assert_golden("loop_split", "B^{4}_{tx=0}L^{6}_{c=0}[D^{f64,g}_{tx}=D^{f64,g}_{tx}+A^{f64,g}_{tx,c};];", [
+        "L^{2}_{d=0}B^{2}_{tx=0}L^{6}_{c=0}[D^{f64,g}_{d*2+tx}=D^{f64,g}_{d*2+tx}+A^{f64,g}_{d*2+tx,c};];",
+        "B^{4}_{tx=0}L^{3}_{d=0}L^{2}_{c=0}[D^{f64,g}_{tx}=D^{f64,g}_{tx}+A^{f64,g}_{tx,d*2+c};];",
+        "B^{4}_{tx=0}L^{2}_{d=0}L^{3}_{c=0}[D^{f64,g}_{tx}=D^{f64,g}_{tx}+A^{f64,g}_{tx,d*3+c};];",
+    ], sig(("A", [4, 6], "float64", "input"), ("D", [4], "float64", "output")))
+
+
+def test_loop_split_needs_a_proper_divisor():
+    assert results("loop_split", "B^{5}_{tx=0}L^{7}_{a=0}[C^{f64,g}_{tx,a}=A^{f64,g}_{tx,a};];",
+                   sig(("A", [5, 7], "float64", "input"), ("C", [5, 7], "float64", "output"))) == []
+
+
+def test_loop_tiling_golden_tiles_a_spatial_and_a_reduction_loop():
+    got = results("loop_tiling", MM, M_SIG)
+    assert ("B^{4}_{tx=0}L^{4}_{d=0}L^{3}_{f=0}L^{2}_{a=0}L^{2}_{c=0}[D^{f64,g}_{tx,d*2+a}=D^{f64,g}_{tx,d*2+a}+"
+            "A^{f64,g}_{tx,f*2+c}*C^{f64,g}_{f*2+c,d*2+a};];") in got
+    assert ("L^{2}_{d=0}L^{4}_{f=0}B^{2}_{tx=0}L^{2}_{a=0}L^{6}_{c=0}[D^{f64,g}_{d*2+tx,f*2+a}=D^{f64,g}_{d*2+tx,f*2+a}+"
+            "A^{f64,g}_{d*2+tx,c}*C^{f64,g}_{c,f*2+a};];") in got
+    assert len(got) == 6
+
+
+def test_loop_tiling_refuses_two_reduction_axes():
+    prog = "B^{2}_{tx=0}L^{4}_{a=0}L^{4}_{g=0}L^{4}_{h=0}[D^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}+A^{f64,g}_{g,h};];"
+    got = results("loop_tiling", prog, sig(("A", [4, 4], "float64", "input"), ("D", [2, 4], "float64", "output")))
+    # (a, g) is tiled; (g, h) would move h's tile loop outside g and change the order of the sum.
+    assert got == ["B^{2}_{tx=0}L^{2}_{i=0}L^{2}_{j=0}L^{2}_{a=0}L^{2}_{g=0}L^{4}_{h=0}[D^{f64,g}_{tx,i*2+a}="
+                   "D^{f64,g}_{tx,i*2+a}+A^{f64,g}_{j*2+g,h};];"]
+
+
+def test_loop_fusion_golden_respects_the_reduction_dependence():
+    # D is complete only after the a loop: fusing tx is legal, fusing tx and a is not.
+    assert_golden("loop_fusion", SOFT, [
+        "B^{4}_{tx=0}[L^{8}_{a=0}[D^{f64,g}_{tx}=max(D^{f64,g}_{tx},A^{f64,g}_{tx,a});];"
+        "L^{8}_{a=0}[C^{f64,g}_{tx,a}=exp(A^{f64,g}_{tx,a}-D^{f64,g}_{tx});];];"], S2)
+
+
+def test_loop_fusion_full_depth_for_elementwise_and_none_for_shifted_reads():
+    ew = ("B^{4}_{tx=0}L^{8}_{a=0}[D^{f64,g}_{tx,a}=A^{f64,g}_{tx,a}*2;];"
+          "B^{4}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}+A^{f64,g}_{tx,a};];")
+    assert results("loop_fusion", ew, S2)[-1] == (
+        "B^{4}_{tx=0}L^{8}_{a=0}[D^{f64,g}_{tx,a}=A^{f64,g}_{tx,a}*2;C^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}+A^{f64,g}_{tx,a};];")
+    shifted = ew.replace("C^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}", "C^{f64,g}_{tx,a}=D^{f64,g}_{3-tx,a}")
+    assert results("loop_fusion", shifted, S2) == []  # reads a row a later tx iteration writes
+
+
+def test_loop_unrolling_golden():
+    assert_golden("loop_unrolling", MM, ["B^{4}_{tx=0}U^{8}_{a=0}L^{6}_{c=0}" + BODY,
+                                         "B^{4}_{tx=0}L^{8}_{a=0}U^{6}_{c=0}" + BODY], M_SIG)
+
+
+def test_loop_unrolling_skips_large_extents():
+    big = sig(("A", [4, 100], "float64", "input"), ("C", [4, 100], "float64", "output"))
+    assert results("loop_unrolling", "B^{4}_{tx=0}L^{100}_{a=0}[C^{f64,g}_{tx,a}=A^{f64,g}_{tx,a};];", big) == []
+
+
+def test_loop_vectorization_only_innermost_spatial_on_cpu():
+    assert_golden("loop_vectorization", SOFT, [SOFT.replace(
+        "B^{4}_{tx=0}L^{8}_{a=0}[C", "B^{4}_{tx=0}V^{8}_{a=0}[C")], S2)
+    assert results("loop_vectorization", MM, M_SIG) == []          # innermost loop is a reduction axis
+    assert results("loop_vectorization", SOFT, S2, "cuda") == []   # no vector loops in a CUDA kernel
+
+
+def test_loop_binding_only_on_cuda_and_only_independent_loops():
+    assert results("loop_binding", MM, M_SIG) == []
+    got = results("loop_binding", MM, M_SIG, "cuda")
+    assert got[0] == ("B^{4}_{tx=0}B^{8}_{ty=0}L^{6}_{c=0}[D^{f64,g}_{tx,ty}=D^{f64,g}_{tx,ty}+"
+                      "A^{f64,g}_{tx,c}*C^{f64,g}_{c,ty};];")
+    assert len(got) == 5 and not any("B^{6}" in r for r in got)   # c is a reduction axis
+    assert all("_{tx=0}B^{8}_{tx" not in r for r in got)            # tx is taken
+
+
+def test_loop_parallelization_golden_and_refusals():
+    assert_golden("loop_parallelization", MM, ["B^{4}_{tx=0}P^{8}_{a=0}L^{6}_{c=0}" + BODY], M_SIG)
+    assert results("loop_parallelization", SCAN, SCAN_SIG) == []
+
+
+def test_reduction_factorization_golden():
+    prog = "B^{4}_{tx=0}L^{6}_{c=0}[D^{f64,g}_{tx}=D^{f64,g}_{tx}+A^{f64,g}_{tx,c};];"
+    assert_golden("reduction_factorization", prog, [
+        "B^{4}_{tx=0}L^{3}_{d=0}L^{2}_{c=0}[E^{f64,g}_{tx,c}=E^{f64,g}_{tx,c}+A^{f64,g}_{tx,d*2+c};];"
+        "B^{4}_{tx=0}L^{2}_{c=0}[D^{f64,g}_{tx}=D^{f64,g}_{tx}+E^{f64,g}_{tx,c};];",
+        "B^{4}_{tx=0}L^{2}_{d=0}L^{3}_{c=0}[E^{f64,g}_{tx,c}=E^{f64,g}_{tx,c}+A^{f64,g}_{tx,d*3+c};];"
+        "B^{4}_{tx=0}L^{3}_{c=0}[D^{f64,g}_{tx}=D^{f64,g}_{tx}+E^{f64,g}_{tx,c};];",
+    ], sig(("A", [4, 6], "float64", "input"), ("D", [4], "float64", "output")))
+
+
+def test_reduction_factorization_needs_a_reduction():
+    assert results("reduction_factorization", SCAN, SCAN_SIG) == []
