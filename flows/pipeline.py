@@ -79,10 +79,11 @@ def verify_task(key: str, steps: list[dict], signatures: dict, raw: dict, profil
     return stages.verify_shard(steps, signatures, params, shared_pool(params))
 
 
-def _stage_key(stage: str, params: Params, *content) -> str:
-    prof = params.profile
-    relevant = {"seed": params.seed, "profile": prof, "verify": params.verify}
-    return stable_id(stage, relevant, code_hash(), *content, length=32)
+def _stage_key(stage: str, params: Params, lake: Path, *content) -> str:
+    """Cache key of a shard task: its inputs, the parameters that decide them, the code, and the lake
+    (two lakes never share work, so each can be rebuilt from scratch to check determinism)."""
+    relevant = {"seed": params.seed, "profile": params.profile, "verify": params.verify}
+    return stable_id(stage, str(Path(lake).resolve()), relevant, code_hash(), *content, length=32)
 
 
 def _write(lake: Path, table: str, results: dict[str, list[dict]]) -> int:
@@ -120,7 +121,7 @@ def _run_tasks(label: str, calls: list[tuple[str, object, tuple]]) -> dict[str, 
 def generate_flow(raw: dict, profile: str, lake: str) -> dict:
     params, lake = Params(raw, profile), Path(lake)
     plan = stages.plan_generate(params)
-    calls = [(s.name, generate_task, (_stage_key("generate", params, s.items), s, raw, profile)) for s in plan]
+    calls = [(s.name, generate_task, (_stage_key("generate", params, lake, s.items), s, raw, profile)) for s in plan]
     n = _write(lake, "programs", _run_tasks("generate: translate and verify", calls))
     return {"stage": "generate", "shards": len(plan), "rows": n}
 
@@ -129,7 +130,7 @@ def generate_flow(raw: dict, profile: str, lake: str) -> dict:
 def transform_flow(raw: dict, profile: str, lake: str) -> dict:
     params, lake = Params(raw, profile), Path(lake)
     families = _by_family(read_table(lake, "programs"))
-    calls = [(f, transform_task, (_stage_key("transform", params, rows), rows, raw, profile))
+    calls = [(f, transform_task, (_stage_key("transform", params, lake, rows), rows, raw, profile))
              for f, rows in families.items()]
     n = _write(lake, "steps", _run_tasks("transform: apply strategies", calls))
     return {"stage": "transform", "shards": len(calls), "rows": n}
@@ -145,7 +146,7 @@ def verify_flow(raw: dict, profile: str, lake: str) -> dict:
     calls = []
     for family, rows in steps.items():
         sigs = {r["program_id"]: signatures[r["program_id"]] for r in rows}
-        calls.append((family, verify_task, (_stage_key("verify", params, rows, sigs), rows, sigs, raw, profile)))
+        calls.append((family, verify_task, (_stage_key("verify", params, lake, rows, sigs), rows, sigs, raw, profile)))
     n = _write(lake, "verifications", _run_tasks("verify: build, run, compare", calls))
     return {"stage": "verify", "shards": len(calls), "rows": n}
 

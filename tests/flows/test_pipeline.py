@@ -1,0 +1,115 @@
+"""The pipeline end to end on the `tiny` profile: every stage, the catalog, the release; determinism,
+kill-and-resume and the Dask runner are slow tests."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from flows.config import ROOT, load_params
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory):
+    os.environ["PREFECT_LOCAL_STORAGE_PATH"] = str(tmp_path_factory.mktemp("prefect-results"))
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+def run_all(lake: Path, reports: Path, profile: str = "tiny", **kw) -> list[dict]:
+    from flows.pipeline import STAGES, run_stage
+
+    params = load_params(profile=profile)
+    return [run_stage(stage, params, lake, reports, **kw) for stage in STAGES]
+
+
+def table_bytes(lake: Path) -> dict[str, bytes]:
+    tables = ("programs", "steps", "verifications", "samples")
+    return {p.relative_to(lake).as_posix(): p.read_bytes() for t in tables for p in sorted((lake / t).glob("*.parquet"))}
+
+
+@pytest.fixture(scope="module")
+def tiny_lake(harness, tmp_path_factory):
+    root = tmp_path_factory.mktemp("run")
+    results = run_all(root / "lake", root / "reports")
+    return root, results
+
+
+def test_every_stage_produces_its_tables_and_the_release(tiny_lake):
+    root, results = tiny_lake
+    by_stage = {r["stage"]: r for r in results}
+    assert by_stage["generate"]["rows"] == 2 and by_stage["transform"]["rows"] > 10
+    assert by_stage["verify"]["rows"] == by_stage["transform"]["rows"]
+    assert by_stage["filter"]["samples"] > 0 and by_stage["validate"]["expectations"] > 10
+    release = Path(by_stage["release"]["path"])
+    assert (release / "croissant.json").exists() and (release / "chat" / "train.jsonl").exists()
+    summary = json.loads((root / "reports" / "summary.json").read_text())
+    assert summary["programs_verified"] == 2 and summary["verification_pass_rate"] > 0.9
+    assert (root / "reports" / "strategy_distribution.png").stat().st_size > 1000
+    gate = json.loads((root / "reports" / "gate.json").read_text())
+    assert gate["success"] is True
+
+
+def test_catalog_answers_sql(tiny_lake):
+    from flows.storage import connect
+
+    root, _ = tiny_lake
+    con = connect(root / "lake")
+    rows = con.execute("SELECT strategy, count(*) FROM steps_verified GROUP BY 1 ORDER BY 1").fetchall()
+    con.close()
+    assert rows and all(n > 0 for _, n in rows)
+
+
+def test_rerun_reuses_finished_work_and_changes_nothing(tiny_lake):
+    root, _ = tiny_lake
+    before = table_bytes(root / "lake")
+    results = run_all(root / "lake", root / "reports")
+    assert table_bytes(root / "lake") == before
+    assert results[-1].get("unchanged") is True  # the same release again is recognised, not rewritten
+
+
+@pytest.mark.slow
+def test_two_clean_runs_are_byte_identical(tiny_lake, tmp_path):
+    root, _ = tiny_lake
+    run_all(tmp_path / "lake", tmp_path / "reports")
+    assert table_bytes(tmp_path / "lake") == table_bytes(root / "lake")
+
+
+@pytest.mark.slow
+def test_dask_runner_gives_the_same_tables(tiny_lake, tmp_path):
+    from prefect_dask import DaskTaskRunner
+
+    root, _ = tiny_lake
+    runner = DaskTaskRunner(cluster_kwargs={"n_workers": 2, "threads_per_worker": 1, "processes": True})
+    run_all(tmp_path / "lake", tmp_path / "reports", task_runner=runner)
+    assert table_bytes(tmp_path / "lake") == table_bytes(root / "lake")
+
+
+@pytest.mark.slow
+def test_kill_and_resume(tiny_lake, tmp_path):
+    """kill -9 in the middle, run again: it completes, and no table is half-written."""
+    root, _ = tiny_lake
+    cmd = [str(Path(sys.executable).with_name("steptp")), "run", "--profile", "tiny", "--lake", str(tmp_path / "lake"),
+           "--reports", str(tmp_path / "reports")]
+    env = dict(os.environ, PREFECT_LOCAL_STORAGE_PATH=str(tmp_path / "results"))
+    env.pop("PREFECT_API_URL", None)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not list((tmp_path / "lake" / "steps").glob("*.parquet")) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not list((tmp_path / "lake").rglob("*.tmp"))
+    subprocess.run(cmd, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert table_bytes(tmp_path / "lake") == table_bytes(root / "lake")
