@@ -126,11 +126,10 @@ def register(app: typer.Typer) -> None:
         """Serve the pipeline as a scheduled Prefect deployment (Ctrl-C to stop). Prefect state stays under
         .prefect/ of the project; point PREFECT_API_URL at a server to see it in the UI."""
         params = load_params(profile=profile)
-        from flows.pipeline import pipeline_flow
+        from flows.pipeline import scheduled_pipeline
 
-        pipeline_flow.serve(name=name, cron=cron, parameters={"raw": params.raw, "profile": params.profile_name,
-                                                              "lake": str(ROOT / "lake"),
-                                                              "reports": str(ROOT / "reports")})
+        scheduled_pipeline.serve(name=name, cron=cron, parameters={
+            "profile": params.profile_name, "lake": str(ROOT / "lake"), "reports": str(ROOT / "reports")})
 
 
 def _run_with_runner(params, lake: Path, reports: Path, stop_after: str, task_runner) -> None:

@@ -290,3 +290,12 @@ def pipeline_flow(raw: dict, profile: str, lake: str, reports: str, stop_after: 
 
 def default_runner():
     return ThreadPoolTaskRunner(max_workers=1)
+
+
+@flow(name="steptp-pipeline")
+def scheduled_pipeline(profile: str = "default", lake: str = "lake", reports: str = "reports") -> list[dict]:
+    """The deployment's entry point: reads params.yaml at run time, then runs the whole chain."""
+    from flows.config import load_params
+
+    params = load_params(profile=profile)
+    return pipeline_flow(params.raw, params.profile_name, lake, reports)

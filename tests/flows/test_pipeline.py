@@ -113,3 +113,16 @@ def test_kill_and_resume(tiny_lake, tmp_path):
     assert not list((tmp_path / "lake").rglob("*.tmp"))
     subprocess.run(cmd, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     assert table_bytes(tmp_path / "lake") == table_bytes(root / "lake")
+
+
+def test_schedule_deployment_and_prefect_yaml_agree(harness):
+    import yaml
+
+    from flows.pipeline import scheduled_pipeline
+
+    deployment = scheduled_pipeline.to_deployment(name="steptp-nightly", cron="0 3 * * *")
+    assert deployment.schedules[0].schedule.cron == "0 3 * * *"
+    spec = yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"][0]
+    module, func = spec["entrypoint"].split(":")
+    assert (ROOT / module).exists() and func == scheduled_pipeline.fn.__name__
+    assert spec["schedules"][0]["cron"] == "0 3 * * *"
