@@ -23,11 +23,9 @@ def _task_runner(runner: str, address: str | None):
         return None
     if runner != "dask":
         fail(f"--runner must be local or dask, got {runner!r}")
-    from prefect_dask import DaskTaskRunner
+    from flows.pipeline import dask_runner
 
-    if address:
-        return DaskTaskRunner(address=address)
-    return DaskTaskRunner(cluster_kwargs={"n_workers": 2, "threads_per_worker": 1, "processes": True})
+    return dask_runner(address)
 
 
 def register(app: typer.Typer) -> None:

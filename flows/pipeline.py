@@ -52,8 +52,13 @@ _POOL = None
 
 
 def shared_pool(params: Params):
-    """One worker pool per process (tasks on Dask workers get their own)."""
+    """One worker pool per process (tasks on Dask workers get their own). A daemonic process (a Dask
+    worker started with daemon=True) cannot have children: it verifies in-process instead."""
     global _POOL
+    import multiprocessing
+
+    if multiprocessing.current_process().daemon:
+        return None
     if _POOL is None:
         from gpu_tasks.pool import WorkerPool
 
@@ -288,8 +293,16 @@ def pipeline_flow(raw: dict, profile: str, lake: str, reports: str, stop_after: 
     return out
 
 
-def default_runner():
-    return ThreadPoolTaskRunner(max_workers=1)
+def dask_runner(address: str | None = None):
+    """A Dask task runner: the cluster at `address`, or a local cluster of 2 single-threaded worker
+    processes that may start the verification pool's own processes (non-daemonic workers)."""
+    import dask
+    from prefect_dask import DaskTaskRunner
+
+    if address:
+        return DaskTaskRunner(address=address)
+    dask.config.set({"distributed.worker.daemon": False})
+    return DaskTaskRunner(cluster_kwargs={"n_workers": 2, "threads_per_worker": 1, "processes": True})
 
 
 @flow(name="steptp-pipeline")

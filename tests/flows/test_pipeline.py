@@ -87,11 +87,10 @@ def test_two_clean_runs_are_byte_identical(tiny_lake, tmp_path):
 
 @pytest.mark.slow
 def test_dask_runner_gives_the_same_tables(tiny_lake, tmp_path):
-    from prefect_dask import DaskTaskRunner
+    from flows.pipeline import dask_runner
 
     root, _ = tiny_lake
-    runner = DaskTaskRunner(cluster_kwargs={"n_workers": 2, "threads_per_worker": 1, "processes": True})
-    run_all(tmp_path / "lake", tmp_path / "reports", task_runner=runner)
+    run_all(tmp_path / "lake", tmp_path / "reports", task_runner=dask_runner())
     assert table_bytes(tmp_path / "lake") == table_bytes(root / "lake")
 
 
