@@ -3,7 +3,17 @@ from __future__ import annotations
 
 import typer
 
-from flows import cli_gpu, cli_lake, cli_leir, cli_lower, cli_run, cli_strategies, cli_translate
+from flows import (
+    cli_eval,
+    cli_gpu,
+    cli_lake,
+    cli_leir,
+    cli_lower,
+    cli_run,
+    cli_strategies,
+    cli_tokens,
+    cli_translate,
+)
 
 app = typer.Typer(
     name="steptp",
@@ -20,6 +30,8 @@ cli_translate.register(app)
 cli_strategies.register(app)
 cli_lake.register(app)
 cli_run.register(app)
+cli_tokens.register(app)
+cli_eval.register(app)
 
 
 def main():  # pragma: no cover - console entry point

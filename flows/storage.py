@@ -50,7 +50,11 @@ TABLES: dict[str, TableSpec] = {t.name: t for t in (
         ("prompt_tokens", I64), ("answer_tokens", I64))),
     TableSpec("tokens", ("program_id",), _schema(
         ("program_id", S), ("family", S), ("leir_tokens", I64), ("tir_tokens", I64), ("tir_gpu_tokens", I64),
-        ("cuda_tokens", I64), ("tokenizer", S))),
+        ("cuda_tokens", I64), ("tokenizer", S),
+        # issue 7: what the state is, the CUDA kernels without TVM's fixed preamble, the LEIR tree's
+        # sizes (they explain the ratios), and why a text is missing (null counts)
+        ("kind", S), ("workload", S), ("strategy", S), ("cuda_kernel_tokens", I64), ("n_nests", I64),
+        ("n_loops", I64), ("n_stmts", I64), ("n_accesses", I64), ("error", S))),
 )}
 
 
