@@ -9,6 +9,7 @@ STRATEGY_MODULES = (
     "strategies.memory",
     "strategies.algebra",
     "strategies.softmax",
+    "strategies.graph_tensors",
 )
 
 for _module in STRATEGY_MODULES:
