@@ -582,9 +582,9 @@ class ExpressionReorder(Strategy):
 
 
 def _swappable(e) -> bool:
-    if isinstance(e, BinOp) and e.op in COMMUTATIVE:
-        return e.lhs != e.rhs
-    return isinstance(e, Call) and e.fn in ("max", "min") and e.args[0] != e.args[1]
+    """Only + and *: max/min are not bitwise commutative (max(-0.0, 0.0) and max(0.0, -0.0) differ, and
+    so do NaN operands), so swapping them would not be an `exact` step."""
+    return isinstance(e, BinOp) and e.op in COMMUTATIVE and e.lhs != e.rhs
 
 
 def _item_stmts(item, outer):

@@ -106,3 +106,10 @@ def test_expression_reorder_respects_anti_and_output_dependences():
     assert results("expression_reorder", anti, S2) == []
     assert results("expression_reorder", out, S2) == []
     assert results("expression_reorder", SOFT, S2) == []  # D=max(D,..) and E=E+.. keep their accumulator form
+
+
+def test_expression_reorder_never_swaps_max_or_min():
+    """max(D,0) -> max(0,D) is not bitwise equal for signed zeros: found by the strategy survey."""
+    relu_sig = sig(("A", [4, 8], "float64", "input"), ("C", [4, 8], "float64", "output"))
+    relu = "B^{4}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{tx,a}=max(A^{f64,g}_{tx,a},0);];"
+    assert results("expression_reorder", relu, relu_sig) == []
