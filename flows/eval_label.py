@@ -1,0 +1,83 @@
+"""Is a model's answer consistent with the strategy it names?
+
+The named strategy is applied to the original (every site, every parameter variant, in the
+strategy's deterministic order, at most `cap` transformations and `budget_s` seconds); the label is
+right when one of the results is alpha-equivalent to the answer. This runs as a worker-pool job
+(a module-level function; the symbolic strategies use sympy, whose worst cases are slow), and the
+set of results per (original, strategy) is memoised so that many answers to one prompt enumerate once.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+
+from leir.canon import alpha_hash
+from leir.parse import parse_program
+from leir.signature import Signature
+
+DEFAULT_CAP = 500
+DEFAULT_BUDGET_S = 20.0
+
+
+@dataclass(frozen=True, slots=True)
+class LabelRequest:
+    original: str  # LEIR text
+    signature: str  # JSON text
+    target: str
+    strategy: str
+    answer_alpha: str  # alpha_hash of the answer under the signature
+    cap: int = DEFAULT_CAP
+    budget_s: float = DEFAULT_BUDGET_S
+
+
+@dataclass(frozen=True, slots=True)
+class LabelResult:
+    passed: bool
+    error: str = ""
+
+
+def label_job(request: LabelRequest) -> LabelResult:
+    from strategies.registry import ALL_NAMES
+
+    if request.strategy not in ALL_NAMES:
+        return LabelResult(False, f"{request.strategy!r} is not one of the 43 strategies")
+    try:
+        hashes, complete = strategy_results(request.original, request.signature, context_target(request.target),
+                                            request.strategy, request.cap, request.budget_s)
+    except Exception as e:  # a strategy's bug on an unusual original must not end the run
+        return LabelResult(False, f"the label check failed: {type(e).__name__}: {e}")
+    if request.answer_alpha in hashes:
+        return LabelResult(True)
+    if not hashes:
+        return LabelResult(False, f"{request.strategy} does not apply to the original")
+    how = f"its {len(hashes)} transformations" if complete else \
+        f"the first {len(hashes)} of its transformations (enumeration capped)"
+    return LabelResult(False, f"the answer is not {request.strategy} applied to the original: "
+                              f"it matches none of {how}")
+
+
+@lru_cache(maxsize=128)
+def strategy_results(original: str, signature: str, target: str, strategy: str, cap: int, budget_s: float
+                     ) -> tuple[frozenset[str], bool]:
+    """(alpha hashes of the strategy's transformations of `original`, whether the enumeration ended
+    by itself rather than by the cap or the time budget)."""
+    from strategies.base import Context
+    from strategies.registry import get
+
+    sig = Signature.from_json(signature)
+    ctx = Context(parse_program(original), sig, target)
+    deadline = time.monotonic() + budget_s
+    hashes: set[str] = set()
+    count = 0
+    for t in get(strategy).transformations(ctx):
+        hashes.add(alpha_hash(t.after, sig))
+        count += 1
+        if count >= cap or time.monotonic() > deadline:
+            return frozenset(hashes), False
+    return frozenset(hashes), True
+
+
+def context_target(target: str) -> str:
+    """The strategies' target family (`llvm` or `cuda`) of a TVM target string."""
+    return "cuda" if target.split()[0] in ("cuda", "nvptx") else "llvm"
