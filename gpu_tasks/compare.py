@@ -1,0 +1,138 @@
+"""Compare a candidate's outputs with the reference outputs, draw by draw, and judge the evidence.
+
+Metrics (maxima over draws and outputs), over the elements finite on both sides:
+- max absolute error |a-e|;
+- max relative error |a-e| / max(|e|, rms(e)): an element that cancels to near zero is judged
+  against the output's overall magnitude (its relative error would measure the cancellation in the
+  reference, not a wrong program: with random inputs some element of a large output always lands
+  near zero); elements where both are zero are left out;
+- relative L2 error ||a-e|| / ||e||.
+Non-finite elements must agree (NaN where NaN, the same infinity where infinity) for `close`.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpu_tasks.tolerances import EXACT, Tolerance, tolerance_for
+from gpu_tasks.verification import Verification
+
+Outputs = Mapping[str, np.ndarray]
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayDiff:
+    max_abs: float
+    max_rel: float
+    rel_l2: float
+    bitwise_equal: bool
+    within_tolerance: bool
+    reason: str = ""  # why it is not within tolerance
+
+
+def diff_arrays(expected: np.ndarray, actual: np.ndarray, tol: Tolerance) -> ArrayDiff:
+    expected, actual = np.asarray(expected), np.asarray(actual)
+    if expected.shape != actual.shape:
+        reason = f"shape {list(actual.shape)} differs from the reference's {list(expected.shape)}"
+        return ArrayDiff(np.inf, np.inf, np.inf, False, False, reason)
+    bitwise = _bitwise_equal(expected, actual)
+    e, a = expected.astype(np.float64), actual.astype(np.float64)
+    finite = np.isfinite(e) & np.isfinite(a)
+    ref = e[finite]
+    err = np.abs(a[finite] - ref)
+    max_abs = float(err.max()) if err.size else 0.0
+    max_rel = _max_relative(err, ref)
+    rel_l2 = _relative_l2(err, ref)
+    if bitwise:
+        return ArrayDiff(max_abs, max_rel, rel_l2, True, True)
+    reason = _tolerance_violation(e, a, finite, max_abs, max_rel, rel_l2, tol)
+    return ArrayDiff(max_abs, max_rel, rel_l2, False, not reason, reason)
+
+
+def _bitwise_equal(expected: np.ndarray, actual: np.ndarray) -> bool:
+    if expected.dtype == actual.dtype:
+        return expected.tobytes() == actual.tobytes()
+    # A reference in float64 against a lower-precision program: equal values, NaN where NaN.
+    return bool(np.array_equal(expected.astype(np.float64), actual.astype(np.float64), equal_nan=True))
+
+
+def _max_relative(err: np.ndarray, ref: np.ndarray) -> float:
+    rms = float(np.sqrt(np.mean(ref * ref))) if ref.size else 0.0
+    scale = np.maximum(np.abs(ref), rms)
+    counted = scale > 0
+    return float((err[counted] / scale[counted]).max()) if counted.any() else 0.0
+
+
+def _relative_l2(err: np.ndarray, ref: np.ndarray) -> float:
+    num = float(np.sqrt(np.sum(err * err)))
+    den = float(np.sqrt(np.sum(ref * ref)))
+    if den == 0.0:
+        return 0.0 if num == 0.0 else np.inf
+    return num / den
+
+
+def _tolerance_violation(e, a, finite, max_abs, max_rel, rel_l2, tol: Tolerance) -> str:
+    """The first criterion that fails, or "" when all hold (all criteria, never one of several)."""
+    if tol == EXACT:
+        return "integer or bool values differ"
+    if not np.array_equal(np.isnan(e), np.isnan(a)):
+        return "NaN where the reference is not (or the reverse)"
+    inf = ~finite & ~np.isnan(e)
+    if not np.array_equal(e[inf], a[inf]):
+        return "infinities differ from the reference's"
+    for name, value, bound in (("max abs", max_abs, tol.max_abs), ("max rel", max_rel, tol.max_rel),
+                               ("rel L2", rel_l2, tol.rel_l2)):
+        if value > bound:
+            return f"{name} error {value:.3g} above {bound:g}"
+    return ""
+
+
+def degenerate_reason(name: str, draws: Sequence[np.ndarray]) -> str:
+    """Why the reference outputs of `name` over the draws are no evidence ("" when they are)."""
+    if all(not _informative(np.asarray(d)) for d in draws):
+        return f"output {name} is all zero or non-finite on every draw"
+    if len(draws) >= 2 and all(_same_bits(draws[0], d) for d in draws[1:]):
+        return f"output {name} is identical on every draw: it does not depend on the inputs"
+    return ""
+
+
+def _informative(a: np.ndarray) -> bool:
+    if a.dtype == np.bool_ or np.issubdtype(a.dtype, np.integer):
+        return bool(a.any())
+    f = a.astype(np.float64)
+    return bool(np.any(np.isfinite(f) & (f != 0)))
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def judge(expected: Sequence[Outputs], actual: Sequence[Outputs], output_codes: Mapping[str, str],
+          tolerances: Mapping[str, Tolerance] | None = None) -> Verification:
+    """The verdict over all draws: `mismatch` as soon as one output of one draw is outside its
+    tolerance; otherwise `invalid` when the reference evidence is degenerate; otherwise `exact` when
+    every output of every draw is bitwise equal, else `close`."""
+    diffs, first_reason = [], ""
+    for draw, (exp, act) in enumerate(zip(expected, actual, strict=True)):
+        for name, code in output_codes.items():
+            d = diff_arrays(exp[name], act[name], tolerance_for(code, tolerances))
+            diffs.append(d)
+            if not d.within_tolerance and not first_reason:
+                first_reason = f"draw {draw}, output {name}: {d.reason}"
+    metrics = dict(
+        max_abs_err=max((d.max_abs for d in diffs), default=0.0),
+        max_rel_err=max((d.max_rel for d in diffs), default=0.0),
+        rel_l2_err=max((d.rel_l2 for d in diffs), default=0.0),
+        draws=len(expected),
+        bitwise_equal=all(d.bitwise_equal for d in diffs),
+    )
+    if first_reason:
+        return Verification("mismatch", error=first_reason, **metrics)
+    for name in output_codes:
+        reason = degenerate_reason(name, [exp[name] for exp in expected])
+        if reason:
+            return Verification("invalid", error=f"degenerate evidence: {reason}", **metrics)
+    return Verification("exact" if metrics["bitwise_equal"] else "close", **metrics)

@@ -1,0 +1,38 @@
+"""The machine a timing was measured on: recorded with every timing row (shared/DESIGN.md)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+from functools import cache
+
+import tvm
+
+from gpu_tasks.threads import tvm_threads
+
+
+@cache
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def machine_fingerprint(target: str) -> dict:
+    """CPU model, logical CPUs, TVM threads, TVM version and target string, plus a short `id`
+    (sha256 of the rest) to group rows measured under the same conditions."""
+    facts = {
+        "cpu_model": cpu_model(),
+        "logical_cpus": os.cpu_count() or 1,
+        "tvm_threads": tvm_threads(),
+        "tvm_version": tvm.__version__,
+        "target": target,
+    }
+    digest = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
+    return {**facts, "id": digest}

@@ -1,0 +1,166 @@
+"""What a worker does for one verification request: parse, guard, build (cached), run, compare.
+
+Requests carry text, not objects, so that they pickle small and the worker reparses what it runs.
+Every expected failure becomes a `Verification` with its status and a message saying which side
+(`before:`, `after:`, `program:`) failed; only a bug raises.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from gpu_tasks.cache import BUILD_CACHE, BuildCache, Built, cache_stats
+from gpu_tasks.compare import Outputs, judge
+from gpu_tasks.guard import DEFAULT_LIMITS, Limits, limit_violation
+from gpu_tasks.inputs import InputFacts, draws_from_plans, input_facts, plan_from_facts
+from gpu_tasks.runner import run_built
+from gpu_tasks.tolerances import tolerance_table
+from gpu_tasks.verification import Verification, failure
+from leir.ast import Program
+from leir.errors import LeirError
+from leir.parse import parse_program
+from leir.signature import Signature
+
+MAX_ERROR_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class PairRequest:
+    """Verify `after` against `before` (LEIR text) under `signature` (JSON text)."""
+
+    before: str
+    after: str
+    signature: str
+    target: str = "llvm"
+    arch: str = "sm_90"
+    draws: int = 3
+    seed: int = 0
+    tolerances: Mapping | None = None
+    limits: Limits = DEFAULT_LIMITS
+
+
+@dataclass(frozen=True)
+class ReferenceRequest:
+    """Verify `program` against outputs computed elsewhere (e.g. PyTorch) on the given inputs."""
+
+    program: str
+    signature: str
+    inputs: list[dict[str, np.ndarray]]
+    expected: list[dict[str, np.ndarray]]
+    target: str = "llvm"
+    arch: str = "sm_90"
+    tolerances: Mapping | None = None
+    limits: Limits = DEFAULT_LIMITS
+
+
+class VerificationFailed(Exception):
+    """Carries a failed step (parse, guard, build, run) out as its Verification."""
+
+    def __init__(self, verification: Verification):
+        super().__init__(verification.error)
+        self.verification = verification
+
+
+def verify_pair_job(request: PairRequest) -> Verification:
+    try:
+        signature = load_signature(request.signature)
+        before = load_program("before", request.before, signature, request.limits)
+        after = load_program("after", request.after, signature, request.limits)
+        plans = plan_from_facts(signature, [before.facts, after.facts])
+        draws = draws_from_plans(signature, plans, request.draws, request.seed)
+        expected = run_draws("before", before, signature, draws, request.target, request.arch)
+        actual = run_draws("after", after, signature, draws, request.target, request.arch)
+    except VerificationFailed as failed:
+        return failed.verification
+    return judge(expected, actual, output_codes(signature), tolerance_table(request.tolerances))
+
+
+def verify_reference_job(request: ReferenceRequest) -> Verification:
+    try:
+        signature = load_signature(request.signature)
+        program = load_program("program", request.program, signature, request.limits)
+        actual = run_draws("program", program, signature, request.inputs, request.target, request.arch)
+    except VerificationFailed as failed:
+        return failed.verification
+    return judge(request.expected, actual, output_codes(signature), tolerance_table(request.tolerances))
+
+
+def cache_stats_job() -> dict:
+    return cache_stats()
+
+
+# --- steps --------------------------------------------------------------------------------------
+# Parsing, guarding and input analysis are memoised by text: an original comes back with every
+# transformation of it, and these steps cost about as much Python time as lowering does.
+
+@dataclass(frozen=True, slots=True)
+class LoadedProgram:
+    text: str
+    program: Program
+    facts: InputFacts
+
+
+def load_signature(text: str) -> Signature:
+    signature, problem = _parsed_signature(text)
+    if problem:
+        raise VerificationFailed(failure("invalid", f"signature: {problem}"))
+    return signature
+
+
+def load_program(label: str, text: str, signature: Signature, limits: Limits) -> LoadedProgram:
+    """Parse and guard; a syntax error or an absurd size is `invalid`."""
+    loaded, problem = _checked_program(text, signature, limits)
+    if problem:
+        raise VerificationFailed(failure("invalid", f"{label}: {problem}"))
+    return loaded
+
+
+@lru_cache(maxsize=64)
+def _parsed_signature(text: str) -> tuple[Signature | None, str]:
+    try:
+        return Signature.from_json(text), ""
+    except LeirError as e:
+        return None, str(e)
+
+
+@lru_cache(maxsize=512)
+def _checked_program(text: str, signature: Signature, limits: Limits) -> tuple[LoadedProgram | None, str]:
+    try:
+        program = parse_program(text)
+    except LeirError as e:
+        return None, str(e)
+    too_big = limit_violation(program, signature, limits)
+    if too_big:
+        return None, f"rejected before building: {too_big}"
+    return LoadedProgram(text, program, input_facts(program, signature)), ""
+
+
+def build(label: str, loaded: LoadedProgram, signature: Signature, target: str, arch: str,
+          cache: BuildCache = BUILD_CACHE) -> Built:
+    try:
+        return cache.build(loaded.program, signature, target, arch, text=loaded.text)
+    except Exception as e:  # LoweringError, or TVM's own error types
+        raise VerificationFailed(failure("build_error", f"{label}: {describe_error(e)}")) from None
+
+
+def run_draws(label: str, loaded: LoadedProgram, signature: Signature, draws: list[dict[str, np.ndarray]],
+              target: str, arch: str) -> list[Outputs]:
+    built = build(label, loaded, signature, target, arch)
+    try:
+        return [run_built(built, signature, inputs, target) for inputs in draws]
+    except Exception as e:
+        raise VerificationFailed(failure("runtime_error", f"{label}: {describe_error(e)}")) from None
+
+
+def output_codes(signature: Signature) -> dict[str, str]:
+    return {spec.name: spec.code for spec in signature.outputs}
+
+
+def describe_error(e: BaseException) -> str:
+    """`Type: message` on one line, bounded in length (TVM messages can list every option it has)."""
+    message = " ".join(line.strip() for line in str(e).strip().splitlines() if line.strip())
+    text = f"{type(e).__name__}: {message}" if message else type(e).__name__
+    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS - 3] + "..."

@@ -1,0 +1,28 @@
+"""Thread settings of processes that build, run and time kernels (shared/STACK.md).
+
+On a small machine TVM's thread pool and OpenBLAS fight each other, and several workers that each
+start one thread per core oversubscribe it. The variables must be set before TVM first launches a
+parallel kernel in the process (it reads them once, when its thread pool starts).
+"""
+from __future__ import annotations
+
+import os
+
+THREAD_VARIABLES = ("TVM_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def logical_cpus() -> int:
+    return max(1, os.cpu_count() or 1)
+
+
+def set_thread_env(tvm_threads: int) -> None:
+    """OpenBLAS single-threaded; TVM (and OpenMP, MKL) with `tvm_threads` threads."""
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    for name in THREAD_VARIABLES:
+        os.environ[name] = str(tvm_threads)
+
+
+def tvm_threads() -> int:
+    """Threads TVM's pool uses in this process (the variable, else one per core)."""
+    value = os.environ.get("TVM_NUM_THREADS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else logical_cpus()

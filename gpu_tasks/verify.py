@@ -1,0 +1,161 @@
+"""Public verification API: a transformation against its original, or an original against a
+reference function (PyTorch eager in float64), with the same inputs, comparison and statuses.
+
+Without a `pool` the work runs in the calling process (quick, for tests and interactive use, but a
+crash or a hang of a generated kernel then hits the caller); with a `WorkerPool` every request runs
+in a worker under a time limit, and a crash or a hang becomes that request's status.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping
+
+import numpy as np
+
+from gpu_tasks.guard import DEFAULT_LIMITS, Limits
+from gpu_tasks.inputs import make_draws
+from gpu_tasks.jobs import (
+    PairRequest,
+    ReferenceRequest,
+    describe_error,
+    verify_pair_job,
+    verify_reference_job,
+)
+from gpu_tasks.pool import Job, JobFailure, WorkerPool
+from gpu_tasks.verification import Verification, failure
+from leir.ast import Program
+from leir.errors import LeirError
+from leir.parse import parse_program
+from leir.printer import format_program
+from leir.signature import Signature
+
+ProgramLike = str | Program
+SignatureLike = Signature | Mapping | str
+ReferenceFn = Callable[[dict[str, np.ndarray]], object]
+
+
+def pair_request(before: ProgramLike, after: ProgramLike, signature: SignatureLike, *,
+                 target: str = "llvm", arch: str = "sm_90", draws: int = 3, seed: int = 0,
+                 tolerances: Mapping | None = None, limits: Limits = DEFAULT_LIMITS) -> PairRequest:
+    return PairRequest(program_text(before), program_text(after), signature_text(signature),
+                       target, arch, draws, seed, tolerances, limits)
+
+
+def verify_pair(before: ProgramLike, after: ProgramLike, signature: SignatureLike, target: str = "llvm",
+                draws: int = 3, seed: int = 0, *, arch: str = "sm_90", tolerances: Mapping | None = None,
+                limits: Limits = DEFAULT_LIMITS, pool: WorkerPool | None = None) -> Verification:
+    """`after` compared with the original `before` on `draws` seeded input draws."""
+    request = pair_request(before, after, signature, target=target, arch=arch, draws=draws, seed=seed,
+                           tolerances=tolerances, limits=limits)
+    return verify_pairs([request], pool)[0]
+
+
+def verify_pairs(requests: Iterable[PairRequest], pool: WorkerPool | None = None) -> list[Verification]:
+    return list(iter_verify_pairs(requests, pool))
+
+
+def iter_verify_pairs(requests: Iterable[PairRequest], pool: WorkerPool | None = None
+                      ) -> Iterator[Verification]:
+    """Verifications in input order, each as soon as it and all before it are done."""
+    if pool is None:
+        yield from (verify_pair_job(r) for r in requests)
+        return
+    jobs = [Job(verify_pair_job, (r,), affinity=_original_key(r)) for r in requests]
+    for _, result in pool.imap(jobs):
+        yield as_verification(result)
+
+
+def verify_against_reference(program: ProgramLike, signature: SignatureLike, reference_fn: ReferenceFn,
+                             target: str = "llvm", draws: int = 3, seed: int = 0, *, arch: str = "sm_90",
+                             tolerances: Mapping | None = None, limits: Limits = DEFAULT_LIMITS,
+                             pool: WorkerPool | None = None) -> Verification:
+    """`program` compared with `reference_fn(inputs)`, which gets the same draws with floats widened to
+    float64 and returns the output (a dict by name, or a sequence in signature order, when the
+    signature has several). The reference runs here, in the caller; the program in `pool` if given."""
+    options = dict(target=target, draws=draws, seed=seed, arch=arch, tolerances=tolerances, limits=limits)
+    return verify_against_references([(program, signature, reference_fn)], pool, **options)[0]
+
+
+def verify_against_references(items: Iterable[tuple[ProgramLike, SignatureLike, ReferenceFn]],
+                              pool: WorkerPool | None = None, **options) -> list[Verification]:
+    """Many originals at once (`options` as for `verify_against_reference`): the references run here
+    one after the other, the programs in parallel in `pool`."""
+    prepared = [reference_request(*item, **options) for item in items]
+    requests = [r for r in prepared if isinstance(r, ReferenceRequest)]
+    if pool is None:
+        done = iter([verify_reference_job(r) for r in requests])
+    else:
+        done = iter([as_verification(r) for r in pool.run(Job(verify_reference_job, (r,)) for r in requests)])
+    return [next(done) if isinstance(r, ReferenceRequest) else r for r in prepared]
+
+
+def reference_request(program: ProgramLike, signature: SignatureLike, reference_fn: ReferenceFn,
+                      target: str = "llvm", draws: int = 3, seed: int = 0, *, arch: str = "sm_90",
+                      tolerances: Mapping | None = None, limits: Limits = DEFAULT_LIMITS
+                      ) -> ReferenceRequest | Verification:
+    """The worker's request, with the reference outputs computed; or why there can be none."""
+    try:
+        sig = signature if isinstance(signature, Signature) else Signature.from_json(signature_text(signature))
+        parsed = program if isinstance(program, Program) else parse_program(program)
+    except LeirError as e:
+        return failure("invalid", str(e))
+    inputs = make_draws(sig, [parsed], draws, seed)
+    try:
+        expected = [reference_outputs(reference_fn, sig, draw) for draw in inputs]
+    except Exception as e:
+        return failure("runtime_error", f"reference: {describe_error(e)}")
+    return ReferenceRequest(format_program(parsed), sig.dumps(), inputs, expected, target, arch, tolerances,
+                            limits)
+
+
+def reference_outputs(reference_fn: ReferenceFn, signature: Signature, inputs: dict[str, np.ndarray]
+                      ) -> dict[str, np.ndarray]:
+    result = reference_fn({name: _widen(a) for name, a in inputs.items()})
+    names = [spec.name for spec in signature.outputs]
+    if isinstance(result, Mapping):
+        return {name: _to_numpy(result[name]) for name in names}
+    if len(names) == 1:
+        return {names[0]: _to_numpy(result)}
+    return {name: _to_numpy(r) for name, r in zip(names, result, strict=True)}
+
+
+def as_verification(result) -> Verification:
+    """A worker's answer, or what the pool reports instead when the worker crashed or hung."""
+    if isinstance(result, Verification):
+        return result
+    if isinstance(result, JobFailure):
+        status = result.kind if result.kind in ("crash", "timeout") else "runtime_error"
+        prefix = "" if status != "runtime_error" else "internal error in the worker: "
+        return failure(status, prefix + result.message)
+    return failure("runtime_error", f"unexpected worker result {type(result).__name__}")
+
+
+# --- conversions ----------------------------------------------------------------------------------
+
+def program_text(program: ProgramLike) -> str:
+    return format_program(program) if isinstance(program, Program) else str(program)
+
+
+def signature_text(signature: SignatureLike) -> str:
+    if isinstance(signature, Signature):
+        return signature.dumps()
+    if isinstance(signature, Mapping):
+        return json.dumps(signature, separators=(",", ":"))
+    return str(signature)
+
+
+def _original_key(request: PairRequest) -> str:
+    """Transformations of one original share a key, so the pool sends them to a warm worker."""
+    key = "\0".join((request.before, request.signature, request.target, request.arch))
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def _widen(a: np.ndarray) -> np.ndarray:
+    return a.astype(np.float64) if a.dtype.kind == "f" or a.dtype.name == "bfloat16" else a.copy()
+
+
+def _to_numpy(x) -> np.ndarray:
+    if hasattr(x, "detach"):  # a torch tensor
+        x = x.detach().cpu().numpy()
+    return np.asarray(x)

@@ -1,0 +1,118 @@
+"""The verdict: exact, close only when every criterion holds on every draw, mismatch, invalid."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpu_tasks.compare import diff_arrays, judge
+from gpu_tasks.tolerances import DEFAULT_TOLERANCES, Tolerance, tolerance_for, tolerance_table
+
+RNG = np.random.default_rng(7)
+DRAWS = [RNG.standard_normal((4, 5)) for _ in range(3)]
+
+
+def outputs(arrays, name="C"):
+    return [{name: a} for a in arrays]
+
+
+def test_bitwise_equal_draws_are_exact():
+    v = judge(outputs(DRAWS), outputs([a.copy() for a in DRAWS]), {"C": "f64"})
+    assert v.status == "exact" and v.bitwise_equal and v.max_abs_err == 0.0 and v.draws == 3
+
+
+def test_small_float_differences_are_close():
+    actual = [(a.astype(np.float32) * np.float32(1 + 1e-6)) for a in DRAWS]
+    expected = [a.astype(np.float32) for a in DRAWS]
+    v = judge(outputs(expected), outputs(actual), {"C": "f32"})
+    assert v.status == "close" and not v.bitwise_equal
+    assert 0 < v.max_rel_err < 1e-5 and 0 < v.rel_l2_err < 1e-5
+
+
+def test_one_bad_draw_is_a_mismatch():
+    actual = [a.copy() for a in DRAWS]
+    actual[2][1, 1] += 1.0
+    v = judge(outputs(DRAWS), outputs(actual), {"C": "f64"})
+    assert v.status == "mismatch" and "draw 2" in v.error and v.max_abs_err == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("tol, failing", [
+    (Tolerance(max_abs=1e-2, max_rel=1e-2, rel_l2=1e-4), "rel L2"),
+    (Tolerance(max_abs=1e-3, max_rel=1e-2, rel_l2=1e-2), "max abs"),
+    (Tolerance(max_abs=1e-2, max_rel=1e-3, rel_l2=1e-2), "max rel"),
+])
+def test_all_criteria_must_hold(tol, failing):
+    # Off by 0.5% (0.005): each tolerance passes two of the three criteria and fails the third.
+    d = diff_arrays(np.ones(10), np.ones(10) * 1.005, tol)
+    assert not d.within_tolerance and d.reason.startswith(failing)
+    assert diff_arrays(np.ones(10), np.ones(10) * 1.005, Tolerance(1e-2, 1e-2, 1e-2)).within_tolerance
+
+
+def test_an_element_that_cancels_to_near_zero_is_judged_against_the_output_magnitude():
+    expected = np.array([1e-7, 5.0, -5.0, 5.0])  # rms 4.33
+    d = diff_arrays(expected, expected + np.array([1e-6, 0, 0, 0]), DEFAULT_TOLERANCES["f32"])
+    assert d.within_tolerance and d.max_rel == pytest.approx(1e-6 / np.sqrt(np.mean(expected ** 2)))
+    big = diff_arrays(expected, expected * 1.01, DEFAULT_TOLERANCES["f32"])
+    assert big.max_rel == pytest.approx(0.01)
+
+
+def test_nan_patterns_must_agree():
+    e = np.array([1.0, np.nan, np.inf])
+    assert diff_arrays(e, e.copy(), DEFAULT_TOLERANCES["f64"]).within_tolerance
+    assert not diff_arrays(e, np.array([1.0, 2.0, np.inf]), DEFAULT_TOLERANCES["f64"]).within_tolerance
+    assert not diff_arrays(e, np.array([1.0, np.nan, -np.inf]), DEFAULT_TOLERANCES["f64"]).within_tolerance
+
+
+def test_integer_outputs_are_exact_or_mismatch():
+    idx = [np.array([0, 3, 1]), np.array([2, 2, 4]), np.array([1, 0, 0])]
+    assert judge(outputs(idx), outputs([i.copy() for i in idx]), {"C": "i64"}).status == "exact"
+    off = [i.copy() for i in idx]
+    off[1][0] = 3
+    assert judge(outputs(idx), outputs(off), {"C": "i64"}).status == "mismatch"
+
+
+def test_output_identical_on_every_draw_is_invalid():
+    const = [np.full((4, 5), 3.0) for _ in range(3)]
+    v = judge(outputs(const), outputs([c.copy() for c in const]), {"C": "f64"})
+    assert v.status == "invalid" and "does not depend on the inputs" in v.error
+
+
+@pytest.mark.parametrize("fill", [0.0, np.nan, np.inf])
+def test_all_zero_or_non_finite_on_every_draw_is_invalid(fill):
+    # The draws differ from each other, but none holds a finite non-zero element.
+    draws = [np.where(a > 0, fill, 0.0) if fill else np.where(a > 0, 0.0, -0.0) for a in DRAWS]
+    v = judge(outputs(draws), outputs([d.copy() for d in draws]), {"C": "f64"})
+    assert v.status == "invalid"
+
+
+def test_scalar_output_that_changes_with_inputs_is_fine():
+    scalars = [np.array(a.sum()) for a in DRAWS]
+    assert judge(outputs(scalars), outputs([s.copy() for s in scalars]), {"C": "f64"}).status == "exact"
+
+
+def test_a_mismatch_is_reported_even_when_the_reference_is_degenerate():
+    const = [np.zeros((2, 2)) for _ in range(3)]
+    v = judge(outputs(const), outputs([c + 1 for c in const]), {"C": "f64"})
+    assert v.status == "mismatch"
+
+
+def test_lower_precision_program_against_float64_reference():
+    ref = DRAWS
+    prog = [a.astype(np.float32) for a in DRAWS]
+    v = judge(outputs(ref), outputs(prog), {"C": "f32"})
+    assert v.status == "close" and v.max_rel_err < 1e-6
+
+
+def test_tolerance_table_is_configurable():
+    table = tolerance_table({"float32": {"max_abs": 1.0, "max_rel": 0.5, "rel_l2": 0.5}})
+    assert table["f32"] == Tolerance(1.0, 0.5, 0.5) and table["f64"] == DEFAULT_TOLERANCES["f64"]
+    assert tolerance_for("i32", table) == Tolerance(0, 0, 0)
+    loose = [a * 1.2 for a in DRAWS]
+    f32 = [a.astype(np.float32) for a in DRAWS]
+    assert judge(outputs(f32), outputs([x.astype(np.float32) for x in loose]), {"C": "f32"}).status == "mismatch"
+    assert judge(outputs(f32), outputs([x.astype(np.float32) for x in loose]), {"C": "f32"},
+                 table).status == "close"
+
+
+def test_json_form_has_no_nan():
+    v = judge(outputs([np.array([0.0, 1.0])] * 1), outputs([np.array([1.0, 1.0])]), {"C": "f64"})
+    assert v.status == "mismatch" and v.to_json()["max_abs_err"] == 1.0

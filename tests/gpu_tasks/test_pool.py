@@ -1,0 +1,136 @@
+"""The worker pool: order, crash and hang isolation, replacement, affinity, and verification through it.
+One pool serves every test (the `pool` fixture); each test leaves it working for the next."""
+from __future__ import annotations
+
+import os
+
+from gpu_tasks import testing
+from gpu_tasks.jobs import cache_stats_job
+from gpu_tasks.pool import Job, JobFailure
+from gpu_tasks.verify import as_verification, pair_request, verify_against_reference, verify_pair, verify_pairs
+from tests.conftest import EXAMPLES
+from tests.gpu_tasks.conftest import (
+    MATMUL,
+    MATMUL_REORDERED,
+    MATMUL_SIG,
+    MATMUL_VARIANTS,
+    MATMUL_WRONG,
+)
+
+
+def test_results_come_back_in_input_order(pool):
+    jobs = [Job(testing.sleep_for, (0.3,)), Job(testing.echo, ("fast",)), Job(testing.echo, (3,))]
+    assert pool.run(jobs) == [0.3, "fast", 3]
+
+
+def test_a_segfault_is_a_crash_and_the_pool_goes_on(pool):
+    replaced = pool.replacements
+    results = pool.run([Job(testing.echo, (1,)), Job(testing.segfault), Job(testing.echo, (2,))])
+    assert results[0] == 1 and results[2] == 2
+    assert results[1] == JobFailure("crash", "the worker died from signal SIGSEGV")
+    assert pool.replacements == replaced + 1
+    assert len(set(pool.broadcast(testing.worker_pid))) == pool.size
+
+
+def test_an_abrupt_exit_is_a_crash(pool):
+    assert pool.run([Job(testing.exit_abruptly, (7,))]) == [JobFailure("crash", "the worker exited with status 7")]
+    assert pool.run([Job(testing.echo, ("alive",))]) == ["alive"]
+
+
+def test_a_hung_job_times_out_and_the_pool_goes_on(pool):
+    results = pool.run([Job(testing.sleep_for, (60,), timeout_s=0.5), Job(testing.echo, ("next",))])
+    assert isinstance(results[0], JobFailure) and results[0].kind == "timeout"
+    assert results[1] == "next"
+    assert os.getpid() not in pool.broadcast(testing.worker_pid)
+
+
+def test_a_python_error_in_a_job_is_reported_not_raised(pool):
+    [result] = pool.run([Job(testing.raise_error, ("boom",))])
+    assert result == JobFailure("error", "ValueError: boom")
+
+
+def test_pool_failures_become_verification_statuses():
+    assert as_verification(JobFailure("crash", "x")).status == "crash"
+    assert as_verification(JobFailure("timeout", "x")).status == "timeout"
+    assert as_verification(JobFailure("error", "x")).status == "runtime_error"
+
+
+def test_jobs_with_one_affinity_key_stay_on_one_worker(pool):
+    jobs = [Job(testing.worker_pid, affinity="k1") for _ in range(6)] + [Job(testing.worker_pid, affinity="k2")]
+    pids = pool.run(jobs)
+    assert len(set(pids[:6])) <= 2 and pids[6] in pool.broadcast(testing.worker_pid)
+
+
+def test_verification_through_the_pool_matches_in_process(pool):
+    requests = [pair_request(MATMUL, after, MATMUL_SIG) for after in (MATMUL, MATMUL_REORDERED, MATMUL_WRONG)]
+    assert [v.status for v in verify_pairs(requests, pool)] == ["exact", "exact", "mismatch"]
+    assert verify_pair(MATMUL, "not leir", MATMUL_SIG, pool=pool).status == "invalid"
+
+
+def test_against_reference_through_the_pool(pool):
+    import torch
+
+    ex = EXAMPLES[0]
+    v = verify_against_reference(ex["leir"], ex["signature"],
+                                 lambda i: torch.from_numpy(i["A"]) @ torch.from_numpy(i["C"]), pool=pool)
+    assert v.status in ("exact", "close")
+
+
+def test_the_pool_builds_each_original_at_most_once_per_worker(pool):
+    def totals():
+        stats = pool.broadcast(cache_stats_job)
+        return sum(s["builds"] for s in stats), sum(s["hits"] for s in stats)
+
+    builds0, hits0 = totals()
+    requests = [pair_request(MATMUL, after, MATMUL_SIG, seed=11) for after in MATMUL_VARIANTS]
+    assert all(v.passed for v in verify_pairs(requests, pool))
+    builds1, hits1 = totals()
+    n = len(MATMUL_VARIANTS)
+    assert (builds1 - builds0) + (hits1 - hits0) == 2 * n  # one lookup per side of each pair
+    # The original is built at most once per worker: every other lookup of it is a hit.
+    assert hits1 - hits0 >= n - pool.size
+
+
+def test_workers_are_recycled_after_a_number_of_jobs():
+    from gpu_tasks.pool import WorkerPool
+
+    with WorkerPool(workers=1, max_jobs_per_worker=2) as small:
+        pids = small.run([Job(testing.worker_pid) for _ in range(5)])
+        assert pids[0] == pids[1] != pids[2] == pids[3] != pids[4]
+        assert small.replacements == 0
+
+
+def test_workers_run_with_the_requested_thread_count(pool):
+    assert pool.run([Job(testing.tvm_thread_count)]) == [1]
+
+
+def test_a_job_that_cannot_be_sent_is_reported(pool):
+    results = pool.run([Job(testing.echo, (lambda: 0,)), Job(testing.echo, ("after",))])
+    assert results[0].kind == "error" and "could not be sent" in results[0].message
+    assert results[1] == "after"
+
+
+def test_workers_start_without_pytorch(pool):
+    # tvm_ffi would import it (seconds per pool start); workers never need it.
+    assert pool.run([Job(testing.torch_importable)]) == [False]
+
+
+def test_many_originals_against_their_references(pool):
+    import torch
+
+    from gpu_tasks.verify import verify_against_references
+
+    def reference(expression):
+        return lambda inputs: eval(expression, {"torch": torch}, {k: torch.from_numpy(v) for k, v in inputs.items()})
+
+    items = [(ex["leir"], ex["signature"], reference(ex["torch"])) for ex in EXAMPLES[:4]]
+    items.append(("not leir", EXAMPLES[0]["signature"], reference("A")))
+    results = verify_against_references(items, pool)
+    assert [v.passed for v in results] == [True] * 4 + [False] and results[-1].status == "invalid"
+
+
+def test_a_consumer_that_stops_early_leaves_the_pool_clean(pool):
+    results = pool.imap([Job(testing.echo, (1,)), Job(testing.sleep_for, (30,)), Job(testing.sleep_for, (30,))])
+    assert next(results) == (0, 1)
+    results.close()  # the sleeping workers are replaced, not waited for
+    assert pool.run([Job(testing.echo, ("clean",)), Job(testing.echo, ("slate",))]) == ["clean", "slate"]

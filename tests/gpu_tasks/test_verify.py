@@ -1,0 +1,158 @@
+"""Verification in the calling process: originals against PyTorch, transformations against originals,
+and every failure status that does not need a worker to die."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from gpu_tasks.cache import BUILD_CACHE
+from gpu_tasks.guard import Limits
+from gpu_tasks.verify import verify_against_reference, verify_pair
+from leir import Signature, parse_program
+from tests.conftest import EXAMPLES
+from tests.gpu_tasks.conftest import (
+    MATMUL,
+    MATMUL_RENAMED,
+    MATMUL_REORDERED,
+    MATMUL_REVERSED,
+    MATMUL_SIG,
+    MATMUL_VARIANTS,
+    MATMUL_WRONG,
+)
+
+RELU_SIG = {"tensors": [{"name": "A", "shape": [4, 8], "dtype": "float32", "role": "input"},
+                        {"name": "C", "shape": [4, 8], "dtype": "float32", "role": "output"}]}
+RELU = "B^{4}_{tx=0}L^{8}_{a=0}[C^{f32,g}_{tx,a}=max(A^{f32,g}_{tx,a},0);];"
+
+
+def torch_reference(expression: str):
+    def reference(inputs: dict[str, np.ndarray]):
+        scope = {name: torch.from_numpy(array) for name, array in inputs.items()}
+        return eval(expression, {"torch": torch}, scope)
+    return reference
+
+
+@pytest.mark.parametrize("ex", EXAMPLES, ids=[e["name"] for e in EXAMPLES])
+def test_originals_agree_with_pytorch_in_float64(ex):
+    v = verify_against_reference(ex["leir"], ex["signature"], torch_reference(ex["torch"]))
+    assert v.status in ("exact", "close"), v.error
+    assert v.draws == 3 and v.max_rel_err < 1e-9
+
+
+def test_a_wrong_reference_is_a_mismatch():
+    ex = EXAMPLES[0]  # matmul
+    v = verify_against_reference(ex["leir"], ex["signature"], torch_reference("A @ C + 1e-6"))
+    assert v.status == "mismatch"
+
+
+def test_a_failing_reference_is_a_runtime_error_of_the_reference():
+    ex = EXAMPLES[0]
+    v = verify_against_reference(ex["leir"], ex["signature"], torch_reference("A @ A"))
+    assert v.status == "runtime_error" and v.error.startswith("reference: RuntimeError")
+
+
+def test_identity_is_exact():
+    v = verify_pair(MATMUL, MATMUL, MATMUL_SIG)
+    assert v.status == "exact" and v.bitwise_equal and v.draws == 3 and v.max_abs_err == 0.0
+
+
+def test_reordered_loops_are_exact():
+    assert verify_pair(MATMUL, MATMUL_REORDERED, MATMUL_SIG).status == "exact"
+
+
+def test_a_reassociated_float32_reduction_is_close():
+    v = verify_pair(MATMUL, MATMUL_REVERSED, MATMUL_SIG)
+    assert v.status == "close" and 0 < v.max_rel_err and v.rel_l2_err < 1e-5
+
+
+def test_a_wrong_transformation_is_a_mismatch():
+    v = verify_pair(MATMUL, MATMUL_WRONG, MATMUL_SIG)
+    assert v.status == "mismatch" and "max abs error" in v.error and v.max_abs_err > 1.0
+
+
+def test_an_element_left_unwritten_is_a_mismatch():
+    after = RELU.replace("L^{8}_{a=0}", "L^{7}_{a=0}")
+    v = verify_pair(RELU, after, RELU_SIG)
+    assert v.status == "mismatch" and "NaN" in v.error
+
+
+@pytest.mark.parametrize("program", [
+    "B^{4}_{tx=0}L^{8}_{a=0}[C^{f32,g}_{tx,a}=1.5;];",                                   # constant
+    "B^{4}_{tx=0}L^{8}_{a=0}[C^{f32,g}_{tx,a}=A^{f32,g}_{tx,a}-A^{f32,g}_{tx,a};];",     # all zero
+])
+def test_degenerate_evidence_is_invalid(program):
+    v = verify_pair(program, program, RELU_SIG)
+    assert v.status == "invalid" and v.error.startswith("degenerate evidence")
+
+
+def test_a_scalar_output_that_depends_on_the_inputs_is_evidence():
+    sig = {"tensors": [{"name": "A", "shape": [4, 8], "dtype": "float64", "role": "input"},
+                       {"name": "C", "shape": [], "dtype": "float64", "role": "output"}]}
+    total = "B^{4}_{tx=0}L^{8}_{a=0}[C^{f64,g}=C^{f64,g}+A^{f64,g}_{tx,a};];"
+    assert verify_pair(total, total, sig).status == "exact"
+
+
+def test_the_guard_rejects_absurd_programs_before_building():
+    builds = BUILD_CACHE.stats.builds
+    huge = "B^{4}_{tx=0}L^{8}_{a=0}L^{100000}_{c=0}L^{100000}_{d=0}[C^{f32,g}_{tx,a}=max(A^{f32,g}_{tx,a},0);];"
+    v = verify_pair(RELU, huge, RELU_SIG)
+    assert v.status == "invalid" and "after: rejected before building" in v.error
+    assert "statement executions exceed" in v.error
+    assert "bytes" in verify_pair(RELU, RELU, RELU_SIG, limits=Limits(max_buffer_bytes=100)).error
+    assert BUILD_CACHE.stats.builds == builds
+
+
+def test_a_syntax_error_in_after_is_invalid_with_the_parse_message():
+    v = verify_pair(RELU, RELU.replace("max(", "max(("), RELU_SIG)
+    assert v.status == "invalid"
+    assert v.error == "after: 1:63: error: unexpected ',', expected one of ')', '+', '-'"
+
+
+def test_a_bad_signature_is_invalid():
+    v = verify_pair(RELU, RELU, {"tensors": [{"name": "A", "shape": [4, 8], "dtype": "float32", "role": "input"}]})
+    assert v.status == "invalid" and v.error.startswith("signature:")
+
+
+@pytest.mark.parametrize("after, message", [
+    ("B^{4}_{tx=0}L^{8}_{a=0}[E^{c64,g}_{tx,a}=A^{f32,g}_{tx,a};C^{f32,g}_{tx,a}=max(A^{f32,g}_{tx,a},0);];",
+     "dtype c64 of E cannot be lowered"),
+    ("B^{4}_{tx=0}L^{8}_{a=0}[C^{f32,g}_{tx,a}=max(A^{f32,g}_{tx,9},0);];", "reads A out of bounds"),
+])
+def test_build_errors_name_the_side_and_the_reason(after, message):
+    v = verify_pair(RELU, after, RELU_SIG)
+    assert v.status == "build_error" and v.error.startswith("after: LoweringError") and message in v.error
+
+
+@pytest.mark.skipif(__import__("tvm").cuda(0).exist, reason="a GPU is present: CUDA programs run here")
+def test_cuda_without_a_gpu_is_a_runtime_error_with_the_reason():
+    v = verify_pair(RELU, RELU, RELU_SIG, target="cuda")
+    assert v.status == "runtime_error" and "no CUDA GPU" in v.error
+
+
+def test_inputs_are_deterministic_and_seeded():
+    # The reversed reduction's rounding error depends on the exact inputs: equal seeds, equal errors.
+    a = verify_pair(MATMUL, MATMUL_REVERSED, MATMUL_SIG, seed=5)
+    b = verify_pair(MATMUL, MATMUL_REVERSED, MATMUL_SIG, seed=5)
+    c = verify_pair(MATMUL, MATMUL_REVERSED, MATMUL_SIG, seed=6)
+    assert (a.max_abs_err, a.rel_l2_err) == (b.max_abs_err, b.rel_l2_err) != (c.max_abs_err, c.rel_l2_err)
+
+
+def test_the_original_is_built_once_for_many_transformations():
+    BUILD_CACHE.clear()
+    statuses = [verify_pair(MATMUL, after, MATMUL_SIG).status for after in MATMUL_VARIANTS]
+    assert statuses == ["exact"] * len(MATMUL_VARIANTS)
+    stats = BUILD_CACHE.stats
+    assert stats.builds == 1 + len(MATMUL_VARIANTS)
+    assert stats.text_hits == len(MATMUL_VARIANTS) - 1  # the original, every time after the first
+
+
+def test_renamed_programs_share_a_build():
+    BUILD_CACHE.clear()
+    assert verify_pair(MATMUL, MATMUL_RENAMED, MATMUL_SIG).status == "exact"
+    assert (BUILD_CACHE.stats.builds, BUILD_CACHE.stats.structural_hits) == (1, 1)
+
+
+def test_program_objects_and_signature_objects_are_accepted():
+    v = verify_pair(parse_program(MATMUL), parse_program(MATMUL_REORDERED), Signature.from_json(MATMUL_SIG.to_json()))
+    assert v.status == "exact"
