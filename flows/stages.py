@@ -62,7 +62,8 @@ def generate_shard(shard: Shard, params, pool=None) -> list[dict]:
                 except TranslationError:
                     continue  # counted by the report as catalogue instances without a program
                 v = verify_against_reference(tr.program, tr.signature, tr.reference, params.verify["target"],
-                                             int(params.verify["draws"]), seed, pool=pool)
+                                             int(params.verify["draws"]), seed,
+                                             tolerances=params.verify["tolerance"], pool=pool)
                 pid = program_id(tr.program, tr.signature)
                 err = v.to_json()["max_abs_err"]
                 rows.setdefault(pid, {
@@ -128,8 +129,9 @@ def verify_shard(steps: list[dict], signatures: dict[str, str], params, pool=Non
     from gpu_tasks.verify import pair_request, verify_pairs
 
     target, draws = params.verify["target"], int(params.verify["draws"])
+    tolerances = params.verify["tolerance"]
     requests = [pair_request(s["before_leir"], s["after_leir"], signatures[s["program_id"]], target=target,
-                             draws=draws, seed=params.seed) for s in steps]
+                             draws=draws, seed=params.seed, tolerances=tolerances) for s in steps]
     results = verify_pairs(requests, pool)
     version = _tvm_version()
     rows = []

@@ -2,8 +2,9 @@
 `verify.tolerance`, same keys).
 
 An output is within tolerance when EVERY criterion holds (never one of several): the same non-finite
-pattern as the reference, `max_abs_err <= max_abs`, `max_rel_err <= max_rel` and
-`rel_l2_err <= rel_l2` (metrics defined in `compare`).
+pattern as the reference, `max_abs_err <= max_abs * max(1, rms(reference))` (absolute for outputs of
+order one, scaled for larger ones), `max_rel_err <= max_rel` and `rel_l2_err <= rel_l2` (metrics
+defined in `compare`).
 """
 from __future__ import annotations
 

@@ -116,3 +116,18 @@ def test_tolerance_table_is_configurable():
 def test_json_form_has_no_nan():
     v = judge(outputs([np.array([0.0, 1.0])] * 1), outputs([np.array([1.0, 1.0])]), {"C": "f64"})
     assert v.status == "mismatch" and v.to_json()["max_abs_err"] == 1.0
+
+
+def test_the_absolute_bound_scales_with_large_outputs():
+    """A float32 sum in the thousands off by 1e-3 is rounding (close); the same error on outputs of
+    order one is not (mismatch)."""
+    import numpy as np
+
+    from gpu_tasks.compare import diff_arrays
+    from gpu_tasks.tolerances import DEFAULT_TOLERANCES
+
+    tol = DEFAULT_TOLERANCES["f32"]
+    big = np.linspace(1000, 3000, 64)
+    assert diff_arrays(big, big + 1e-3, tol).within_tolerance
+    small = np.linspace(-1, 1, 64)
+    assert not diff_arrays(small, small + 1e-3, tol).within_tolerance
