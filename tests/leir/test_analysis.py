@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from tests_examples import EXAMPLE_TEXTS  # noqa: F401  (keeps the helper importable here too)
+from tests_examples import EXAMPLES
 
 from leir import Signature, parse_expr, parse_program
 from leir.analysis import (
@@ -27,7 +27,6 @@ def by_name(examples, name):
 
 @pytest.fixture
 def examples():
-    from conftest import EXAMPLES
     return EXAMPLES
 
 

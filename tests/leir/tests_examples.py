@@ -1,6 +1,7 @@
-"""The example texts as a plain list (for property tests that mutate them)."""
+"""The golden example programs as plain lists (importable by name from tests in this folder)."""
 import json
 from pathlib import Path
 
-EXAMPLE_TEXTS = [json.loads(line)["leir"] for line in
-                 (Path(__file__).parent.parent / "data" / "programs.jsonl").read_text().splitlines() if line]
+EXAMPLES = [json.loads(line) for line in
+            (Path(__file__).parent.parent / "data" / "programs.jsonl").read_text().splitlines() if line]
+EXAMPLE_TEXTS = [e["leir"] for e in EXAMPLES]
