@@ -12,7 +12,7 @@ import typer
 from flows.cli_leir import fail
 from flows.config import ROOT, load_params
 
-STAGE_NAMES = ("generate", "transform", "verify", "filter", "tokens", "report", "validate", "release")
+STAGE_NAMES = ("generate", "transform", "verify", "filter", "tokens", "report", "validate", "release", "measure")
 ProfileOpt = Annotated[str | None, typer.Option(help="Profile of params.yaml (default: its `profile`).")]
 LakeOpt = Annotated[Path, typer.Option(help="The lake folder.")]
 ReportsOpt = Annotated[Path, typer.Option(help="Where reports (JSON metrics, PNG plots) go.")]
@@ -57,7 +57,8 @@ def register(app: typer.Typer) -> None:
                 fail(f"release refused by the gate:\n{e}", code=1)
 
     @app.command("stage")
-    def stage(name: Annotated[str, typer.Argument(help=f"One of: {', '.join(STAGE_NAMES)}.")],
+    def stage(name: Annotated[str, typer.Argument(help=f"One of: {', '.join(STAGE_NAMES)} (measure: optional "
+                                                  "timings of released steps, not in the default chain).")],
               profile: ProfileOpt = None, lake: LakeOpt = Path("lake"), reports: ReportsOpt = Path("reports")):
         """Run one stage as a Prefect flow (what each DVC stage in dvc.yaml calls)."""
         if name not in STAGE_NAMES:
@@ -80,6 +81,9 @@ def register(app: typer.Typer) -> None:
         with one Prefect server for all stages. A second call right after does nothing."""
         env = dvc_env()
         ensure_dvc(env)
+        if subprocess.call([_dvc(), "status", "--quiet"], cwd=ROOT, env=env) == 0:
+            typer.echo("Data and pipelines are up to date.", err=True)
+            return
         from flows.prefect_env import local_server
 
         with local_server():

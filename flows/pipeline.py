@@ -278,7 +278,22 @@ def run_stage(stage: str, params: Params, lake: Path, reports: Path, task_runner
     if stage not in ("generate", "transform", "verify"):
         args["reports"] = str(reports)
     with temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
-        return fl(**args, **extra)
+        result = fl(**args, **extra)
+    _record_last_run(lake, stage, params)
+    return result
+
+
+def _record_last_run(lake: Path, stage: str, params: Params) -> None:
+    """`lake/last_run.json` for `steptp lake status` (a log, not data: never read by a stage)."""
+    import datetime
+
+    lake = Path(lake)
+    lake.mkdir(parents=True, exist_ok=True)
+    info = {"stage": stage, "profile": params.profile_name,
+            "finished_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
+    tmp = lake / ".last_run.json.tmp"
+    tmp.write_text(json.dumps(info) + "\n")
+    tmp.replace(lake / "last_run.json")
 
 
 @flow(name="pipeline")
@@ -314,4 +329,5 @@ def scheduled_pipeline(profile: str = "default", lake: str = "lake", reports: st
     return pipeline_flow(params.raw, params.profile_name, lake, reports)
 
 
+import flows.pipeline_measure  # noqa: E402,F401  (registers the optional measure stage)
 import flows.pipeline_tokens  # noqa: E402,F401  (registers the tokens stage, issue 7)

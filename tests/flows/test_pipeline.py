@@ -78,6 +78,18 @@ def test_rerun_reuses_finished_work_and_changes_nothing(tiny_lake):
     assert results[-1].get("unchanged") is True  # the same release again is recognised, not rewritten
 
 
+def test_measure_stage_appends_timings(tiny_lake):
+    from flows.pipeline import run_stage
+    from flows.storage import read_table
+
+    root, _ = tiny_lake
+    params = load_params(profile="tiny", overrides={"measure": {"max_steps": 2}})
+    result = run_stage("measure", params, root / "lake", root / "reports")
+    rows = read_table(root / "lake", "timings").to_pylist()
+    assert result["rows"] == 2 and len(rows) == 2
+    assert all(r["before_us"] > 0 and r["after_us"] > 0 and json.loads(r["machine"])["cpu_model"] for r in rows)
+
+
 @pytest.mark.slow
 def test_two_clean_runs_are_byte_identical(tiny_lake, tmp_path):
     root, _ = tiny_lake
