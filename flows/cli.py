@@ -10,6 +10,7 @@ from flows import (
     cli_leir,
     cli_lower,
     cli_run,
+    cli_search,
     cli_strategies,
     cli_tokens,
     cli_translate,
@@ -32,6 +33,7 @@ cli_lake.register(app)
 cli_run.register(app)
 cli_tokens.register(app)
 cli_eval.register(app)
+cli_search.register(app)
 
 
 def main():  # pragma: no cover - console entry point

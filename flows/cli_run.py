@@ -12,7 +12,8 @@ import typer
 from flows.cli_leir import fail
 from flows.config import ROOT, load_params
 
-STAGE_NAMES = ("generate", "transform", "verify", "filter", "tokens", "report", "validate", "release", "measure")
+STAGE_NAMES = ("generate", "transform", "verify", "filter", "tokens", "search", "report", "validate", "release",
+               "measure")
 ProfileOpt = Annotated[str | None, typer.Option(help="Profile of params.yaml (default: its `profile`).")]
 LakeOpt = Annotated[Path, typer.Option(help="The lake folder.")]
 ReportsOpt = Annotated[Path, typer.Option(help="Where reports (JSON metrics, PNG plots) go.")]

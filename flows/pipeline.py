@@ -28,7 +28,7 @@ from flows.config import ROOT, Params  # noqa: E402
 from flows.keys import stable_id  # noqa: E402
 from flows.storage import build_catalog, read_table, shards, write_shard  # noqa: E402
 
-STAGES = ("generate", "transform", "verify", "filter", "tokens", "report", "validate", "release")
+STAGES = ("generate", "transform", "verify", "filter", "tokens", "search", "report", "validate", "release")
 CODE_PACKAGES = ("leir", "workloads", "strategies", "gpu_tasks")
 console = Console(stderr=True)
 
@@ -330,4 +330,5 @@ def scheduled_pipeline(profile: str = "default", lake: str = "lake", reports: st
 
 
 import flows.pipeline_measure  # noqa: E402,F401  (registers the optional measure stage)
+import flows.pipeline_search  # noqa: E402,F401  (registers the search stage, issue 8)
 import flows.pipeline_tokens  # noqa: E402,F401  (registers the tokens stage, issue 7)

@@ -51,6 +51,9 @@ def test_every_stage_produces_its_tables_and_the_release(tiny_lake):
     assert by_stage["generate"]["rows"] == 2 and by_stage["transform"]["rows"] > 10
     assert by_stage["verify"]["rows"] == by_stage["transform"]["rows"]
     assert by_stage["filter"]["samples"] > 0 and by_stage["validate"]["expectations"] > 10
+    assert by_stage["search"]["rows"] == 4  # 2 programs x 2 drivers of the tiny profile
+    search = json.loads((root / "reports" / "search.json").read_text())
+    assert set(search["drivers"]) == {"greedy", "mcts"}
     release = Path(by_stage["release"]["path"])
     assert (release / "croissant.json").exists() and (release / "chat" / "train.jsonl").exists()
     summary = json.loads((root / "reports" / "summary.json").read_text())
