@@ -169,7 +169,13 @@ def ensure_dvc(env: dict) -> None:
 
 
 def _tag_and_push(version: str) -> None:
+    """Commit dvc.lock (what `dvc checkout` restores the release from), tag it, push the data."""
     tag = f"data-v{version}"
+    if (ROOT / "dvc.lock").exists() and subprocess.call(["git", "diff", "--quiet", "HEAD", "--", "dvc.lock"],
+                                                          cwd=ROOT, stderr=subprocess.DEVNULL):
+        subprocess.call(["git", "add", "dvc.lock"], cwd=ROOT)
+        if subprocess.call(["git", "commit", "-q", "-m", f"Data release v{version}", "--", "dvc.lock"], cwd=ROOT):
+            typer.echo("warning: could not commit dvc.lock; the tag points at the current commit", err=True)
     if subprocess.call(["git", "rev-parse", "-q", "--verify", f"refs/tags/{tag}"], cwd=ROOT,
                        stdout=subprocess.DEVNULL) == 0:
         typer.echo(f"tag {tag} exists already", err=True)
