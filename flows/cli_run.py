@@ -171,8 +171,9 @@ def ensure_dvc(env: dict) -> None:
 def _tag_and_push(version: str) -> None:
     """Commit dvc.lock (what `dvc checkout` restores the release from), tag it, push the data."""
     tag = f"data-v{version}"
-    if (ROOT / "dvc.lock").exists() and subprocess.call(["git", "diff", "--quiet", "HEAD", "--", "dvc.lock"],
-                                                          cwd=ROOT, stderr=subprocess.DEVNULL):
+    changed = subprocess.run(["git", "status", "--porcelain", "--", "dvc.lock"], cwd=ROOT, capture_output=True,
+                             text=True).stdout.strip()
+    if (ROOT / "dvc.lock").exists() and changed:
         subprocess.call(["git", "add", "dvc.lock"], cwd=ROOT)
         if subprocess.call(["git", "commit", "-q", "-m", f"Data release v{version}", "--", "dvc.lock"], cwd=ROOT):
             typer.echo("warning: could not commit dvc.lock; the tag points at the current commit", err=True)
