@@ -17,7 +17,7 @@ from functools import lru_cache
 import sympy
 
 from leir.printer import format_expr
-from strategies.algebra_common import Target, algebra_target, executions, finish, plural
+from strategies.algebra_common import Target, algebra_target, executions, finish, plural, unguarded_exp
 from strategies.base import Context, Illegal, Rewrite, Site, Strategy
 from strategies.registry import register
 from strategies.sympy_bridge import Bridge, Untranslatable, count_ops, denominators, new_divisions
@@ -69,6 +69,9 @@ class SympyStrategy(Strategy):
     def transform(self, tr: Translated, params: dict) -> sympy.Expr:
         raise NotImplementedError
 
+    def check(self, ctx: Context, tr: Translated, new_expr) -> None:
+        """A last legality check on the rewritten expression; raise Illegal to refuse."""
+
     def extra_facts(self, tr: Translated, after: sympy.Expr, params: dict) -> tuple[str, ...]:
         return ()
 
@@ -99,6 +102,7 @@ class SympyStrategy(Strategy):
             raise Illegal("back-substitution is not exact")
         if not _same_values(tr.expr, after):
             raise Illegal("numeric spot check of the identity failed")
+        self.check(ctx, tr, new_expr)
         stmt = tr.target.rebuild(new_expr)
         program = finish(ctx, replace_item(ctx.program, site.nest, site.path, (stmt,)))
         return Rewrite(program, self._facts(tr, after, params), self._effect(st, tr, new_expr))
@@ -347,6 +351,20 @@ class ExpandPowsimp(SympyStrategy):
 
     def transform(self, tr, params):
         return sympy.expand_power_base(sympy.expand_power_exp(tr.expr), force=False)
+
+    def check(self, ctx, tr, new_expr):
+        """Splitting exp(x-M) with M a max reduction drops a softmax's overflow guard."""
+        from leir.ast import Access, Call, Neg, walk_expr
+
+        for node in walk_expr(new_expr):
+            if isinstance(node, Call) and node.fn == "exp":
+                arg = node.args[0]
+                while isinstance(arg, Neg):
+                    arg = arg.operand
+                if isinstance(arg, Access):
+                    reason = unguarded_exp(ctx, tr.target.expr, arg)
+                    if reason:
+                        raise Illegal(reason)
 
 
 @register

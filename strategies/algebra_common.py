@@ -81,3 +81,37 @@ def is_plain_index(access: Access) -> bool:
     """Every subscript is a bare loop variable, all different (`D_{tx,a}`)."""
     names = [getattr(i, "name", None) for i in access.indices]
     return all(type(i).__name__ == "Var" for i in access.indices) and len(set(names)) == len(names)
+
+
+def contraction_values(ctx) -> set[str]:
+    """Tensors whose values can grow with a reduction length: written by a sum reduction (`X=X+e`,
+    `X=X-e`) or computed from such a tensor (attention logits, matmul outputs and what is derived
+    from them). Raw inputs stay bounded by how they were drawn; these do not."""
+    from leir.analysis import reduction_op
+    from leir.ast import accesses
+
+    grown: set[str] = set()
+    for s in ctx.sites:
+        lhs = s.stmt.lhs.tensor
+        if reduction_op(s.stmt) in ("+", "-") or any(a.tensor in grown and a.tensor != lhs
+                                                      for a in accesses(s.stmt.rhs)):
+            grown.add(lhs)
+    return grown
+
+
+def unguarded_exp(ctx, shifted, shift) -> str | None:
+    """Why exp(`shifted`) without the shift `shift` may overflow, or None: dropping or replacing the
+    max shift of a softmax is only safe when the shifted values cannot grow (exp(x) is inf for
+    x > 88 in float32), so it is refused for values that come out of a sum reduction."""
+    from leir.analysis import reduction_op
+    from leir.ast import accesses
+
+    shifts = {s.stmt.lhs.tensor for s in ctx.sites if reduction_op(s.stmt) == "max"}
+    if shift is not None and not any(a.tensor in shifts for a in accesses(shift)):
+        return None
+    grown = contraction_values(ctx)
+    hit = sorted({a.tensor for a in accesses(shifted) if a.tensor in grown})
+    if hit:
+        return (f"{', '.join(hit)} come{'s' if len(hit) == 1 else ''} out of a sum reduction, so without the max "
+                "shift exp can overflow")
+    return None

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sympy
 
 from leir.ast import Access, And, BinOp, Call, Compare, Neg, Nest, Num, Or, Select, Stmt, Var, walk_expr
-from strategies.algebra_common import algebra_target, executions, finish, text
+from strategies.algebra_common import algebra_target, executions, finish, text, unguarded_exp
 from strategies.base import Illegal, Rewrite, Site, Strategy
 from strategies.registry import register
 from strategies.softmax import Reduction, depends_on, fresh_tensors, reductions
@@ -123,6 +123,9 @@ class ExponentialSplit(Strategy):
             new = BinOp("/", rest, Call("exp", (bridge.from_sympy(-t),)))
         else:
             new = BinOp("*", rest, Call("exp", (bridge.from_sympy(t),)))
+        reason = unguarded_exp(ctx, bridge.from_sympy(arg - t), bridge.from_sympy(t))
+        if reason:
+            raise Illegal(reason)
         stmt = target.rebuild(replace_nth_exp(target.expr, k, new))
         program = finish(ctx, replace_item(ctx.program, site.nest, site.path, (stmt,)))
         inner = sorted(loop_vars(bridge, arg) - loop_vars(bridge, t))
@@ -298,6 +301,9 @@ class PartiallyEquivalentThenCorrect(_ReductionSplit):
             raise Illegal("no offset to replace")
         bridge, offset, y = found[0]
         y_leir = bridge.from_sympy(y)
+        reason = unguarded_exp(ctx, y_leir, offset)
+        if reason:
+            raise Illegal(reason)
         y0 = substitute_vars(y_leir, {r.var: Num(0)})
         first = Nest(r.nest.loops, (Stmt(r.acc, BinOp("+", r.acc, Call("exp", (BinOp("-", y_leir, y0),)))),))
         fix = Nest(r.spatial, (Stmt(r.acc, BinOp("*", r.acc, Call("exp", (BinOp("-", y0, offset),)))),))
