@@ -135,8 +135,12 @@ def metaschedule_us(module, inputs, trials: int, seed: int = 0) -> tuple[float, 
                        key=lambda item: item[0]):
         fmod = tvm.IRModule({"main": f.with_attr("global_symbol", "main")})
         with tempfile.TemporaryDirectory() as wd:
+            # `import tvm.s_tir.tensor_intrin`, which every builder worker does first, takes ~50 s on
+            # a 2-core machine, and LocalBuilder restarts its workers for every batch: with its
+            # default timeout every build times out and tuning reports 0 trials.
             db = ms.tune_tir(mod=fmod, target=target, work_dir=wd, max_trials_global=trials,
-                             num_trials_per_iter=min(trials, 32), seed=seed)
+                             num_trials_per_iter=min(trials, 32), seed=seed,
+                             builder=ms.builder.LocalBuilder(max_workers=1, timeout_sec=600))
             sch = ms.tir_integration.compile_tir(db, fmod, target)
         ex = tvm.compile(sch.mod if sch is not None else fmod, target)
         args = [tvm.runtime.empty([int(d) for d in b.shape], b.dtype, dev) for b in
