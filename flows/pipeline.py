@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import hashlib
 import json
+from functools import lru_cache
 from pathlib import Path
 
 import pyarrow as pa
@@ -33,8 +34,10 @@ CODE_PACKAGES = ("leir", "workloads", "strategies", "gpu_tasks")
 console = Console(stderr=True)
 
 
+@lru_cache(maxsize=1)
 def code_hash() -> str:
-    """sha256 over the source of the packages whose code decides the data."""
+    """sha256 over the source of the packages whose code decides the data (once per process: every
+    shard key uses it, and the code does not change during a run)."""
     h = hashlib.sha256()
     for pkg in CODE_PACKAGES:
         for path in sorted((ROOT / pkg).rglob("*")):
