@@ -9,19 +9,15 @@ reports/search.{json,png} with PyTorch eager and MetaSchedule reference times si
   into `lake/steps`: that folder is the transform stage's DVC output, and transform drops shards it
   did not write. The `trajectories` rows name those step ids.
 - References, on the first `reference_programs` programs: PyTorch eager (the catalogue module,
-  float32, `torch.utils.benchmark`) and TVM MetaSchedule. MetaSchedule needs schedulable blocks, which
-  our lowering does not emit (plain loops), so the reference is built from the same computation
-  through TVM's own path: `torch.export` of the catalogue module -> Relax (`from_exported_program`)
-  -> `LegalizeOps` (TIR with sblocks) -> `ms.tune_tir` per PrimFunc (`metaschedule_trials` trials)
-  -> `compile_tir`, timed with `time_evaluator` (sum over the kernels). Failures are reported with
-  their reason, never hidden.
+  float32, `torch.utils.benchmark`) and TVM's own MetaSchedule-tuned time for the same module
+  (`flows/metaschedule_ref.py`, `metaschedule_trials` trials; 0 skips it). Failures are reported
+  with their reason, never hidden.
 """
 from __future__ import annotations
 
 import json
 import os
 import statistics
-import tempfile
 from pathlib import Path
 
 from flows.prefect_env import configure
@@ -38,7 +34,7 @@ from flows.storage import read_table  # noqa: E402
 DEFAULTS = {"drivers": ["chain", "greedy", "beam", "bfs", "dfs", "mcts"], "policy": "library", "budget": 12,
             "wall_s": 300, "depth": 4, "branching": 4, "width": 2, "ucb_c": 1.4, "iterations": 24,
             "families": "all", "programs_per_family": 1, "seed": 0, "repeats": 5, "min_repeat_ms": 20,
-            "reference_programs": 2, "metaschedule_trials": 64}
+            "reference_programs": 2, "metaschedule_trials": 32}
 
 
 def search_params(params: Params) -> dict:
@@ -118,38 +114,6 @@ def torch_eager_us(module, inputs, min_run_time: float = 0.5) -> float:
         return float(timer.blocked_autorange(min_run_time=min_run_time).median * 1e6)
 
 
-def metaschedule_us(module, inputs, trials: int, seed: int = 0) -> tuple[float, int]:
-    """Tuned time (µs, the sum over the kernels of the legalized Relax module) and the kernel count."""
-    import torch
-    import tvm
-    from tvm import relax
-    from tvm.relax.frontend.torch import from_exported_program
-    from tvm.s_tir import meta_schedule as ms
-
-    with torch.no_grad():
-        mod = relax.transform.LegalizeOps()(from_exported_program(torch.export.export(module, tuple(inputs))))
-    target = tvm.target.Target({"kind": "llvm", "mcpu": tvm.target.codegen.llvm_get_system_cpu(),
-                                "num-cores": os.cpu_count() or 1})
-    dev, total, kernels = tvm.cpu(), 0.0, 0
-    for _, f in sorted(((gv.name_hint, f) for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)),
-                       key=lambda item: item[0]):
-        fmod = tvm.IRModule({"main": f.with_attr("global_symbol", "main")})
-        with tempfile.TemporaryDirectory() as wd:
-            # `import tvm.s_tir.tensor_intrin`, which every builder worker does first, takes ~50 s on
-            # a 2-core machine, and LocalBuilder restarts its workers for every batch: with its
-            # default timeout every build times out and tuning reports 0 trials.
-            db = ms.tune_tir(mod=fmod, target=target, work_dir=wd, max_trials_global=trials,
-                             num_trials_per_iter=min(trials, 32), seed=seed,
-                             builder=ms.builder.LocalBuilder(max_workers=1, timeout_sec=600))
-            sch = ms.tir_integration.compile_tir(db, fmod, target)
-        ex = tvm.compile(sch.mod if sch is not None else fmod, target)
-        args = [tvm.runtime.empty([int(d) for d in b.shape], b.dtype, dev) for b in
-                (fmod["main"].buffer_map[v] for v in fmod["main"].params)]
-        total += float(ex.mod.time_evaluator("main", dev, number=1, repeat=5, min_repeat_ms=20)(*args).median) * 1e6
-        kernels += 1
-    return total, kernels
-
-
 def references(programs: list[dict], params: Params, cfg: dict) -> list[dict]:
     out = []
     for p in programs[:int(cfg["reference_programs"])]:
@@ -159,6 +123,8 @@ def references(programs: list[dict], params: Params, cfg: dict) -> list[dict]:
             module, inputs = _catalogue_module(p, params)
             row["torch_eager_us"] = torch_eager_us(module, inputs)
             if int(cfg["metaschedule_trials"]) > 0:
+                from flows.metaschedule_ref import metaschedule_us
+
                 trials = int(cfg["metaschedule_trials"])
                 row["metaschedule_us"], row["kernels"] = metaschedule_us(module, inputs, trials)
         except Exception as e:  # reported, never hidden

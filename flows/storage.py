@@ -55,13 +55,13 @@ TABLES: dict[str, TableSpec] = {t.name: t for t in (
         # sizes (they explain the ratios), and why a text is missing (null counts)
         ("kind", S), ("workload", S), ("strategy", S), ("cuda_kernel_tokens", I64), ("n_nests", I64),
         ("n_loops", I64), ("n_stmts", I64), ("n_accesses", I64), ("error", S))),
-    # issue 8: best trajectories of the search stage (steps: JSON list of step ids, root first)
     # issue 8: the steps of the best search trajectories (multi-step records: parent_step_id, depth),
     # kept apart from `steps`, which the transform stage owns and rewrites as a whole
     TableSpec("trajectory_steps", ("step_id",), _schema(
         ("step_id", S), ("program_id", S), ("parent_step_id", S), ("depth", I64), ("strategy", S), ("level", S),
         ("site", S), ("params", S), ("before_leir", S), ("after_leir", S), ("after_program_id", S),
         ("exactness", S), ("cot", S))),
+    # issue 8: best trajectories of the search stage (steps: JSON list of step ids, root first)
     TableSpec("trajectories", ("trajectory_id",), _schema(
         ("trajectory_id", S), ("program_id", S), ("driver", S), ("policy", S), ("seed", I64), ("steps", S),
         ("speedups", S), ("best_speedup", F64), ("states_verified", I64), ("wall_s", F64))),
@@ -142,6 +142,8 @@ def build_catalog(lake: Path) -> Path:
             con.execute(f"CREATE VIEW {name} AS {_view_sql(lake, name, spec)}")
         con.execute("CREATE VIEW steps_verified AS SELECT s.*, v.status, v.target FROM steps s "
                     "JOIN verifications v USING (step_id) WHERE v.status IN ('exact', 'close')")
+        # Single steps and the multi-step records of the search trajectories, in one steps schema.
+        con.execute("CREATE VIEW steps_all AS SELECT * FROM steps UNION ALL BY NAME SELECT * FROM trajectory_steps")
     finally:
         con.close()
     os.replace(tmp, path)

@@ -52,6 +52,22 @@ def test_catalog_views_work_from_anywhere(tmp_path, monkeypatch):
     con.close()
 
 
+def test_steps_all_holds_single_steps_and_trajectory_steps(tmp_path):
+    def step(step_id, parent, depth):
+        return {"step_id": step_id, "program_id": "p0", "parent_step_id": parent, "depth": depth,
+                "strategy": "loop_split", "level": "operator"}
+
+    lake = tmp_path / "lake"
+    write_shard(lake, "steps", "gemm", [step("s1", None, 1)])
+    write_shard(lake, "trajectory_steps", "gemm", [step("t1", None, 1), step("t2", "t1", 2)])
+    build_catalog(lake)
+    con = connect(lake)
+    rows = con.execute("SELECT step_id, parent_step_id, depth FROM steps_all ORDER BY step_id").fetchall()
+    assert rows == [("s1", None, 1), ("t1", None, 1), ("t2", "t1", 2)]
+    assert con.execute("SELECT count(*) FROM steps").fetchone() == (1,)
+    con.close()
+
+
 def test_sql_command_formats(tmp_path):
     lake = tmp_path / "lake"
     write_shard(lake, "programs", "a", program_rows(3))

@@ -1,0 +1,89 @@
+"""TVM's own MetaSchedule-tuned time for a PyTorch module: the practical limit the search report
+compares our search against (issue 8).
+
+The path is TVM's, not ours: our lowering emits plain loops without schedulable blocks, so the
+reference starts again from the module: `torch.export` -> Relax (`from_exported_program`) -> the
+preparation `compile_relax` applies (library dispatch, `LegalizeOps`, `FuseOps`, `FuseTIR`) ->
+`tune_relax` over the fused kernels -> `compile_relax`, and the Relax VM's `main` is timed with
+`time_evaluator` on the same inputs.
+
+Builder workers use `build_without_gpu_intrinsics`: TVM's default build function first imports
+`tvm.s_tir.tensor_intrin`, whose CUDA part alone takes ~47 s on a 2-core machine, in every builder
+process, and LocalBuilder starts new processes for every batch. CPU targets never use those
+intrinsics.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+
+
+def build_without_gpu_intrinsics(mod, target, _params):
+    """MetaSchedule's default build, less the import of every tensor intrinsic of every target."""
+    from tvm.driver import build as tvm_build
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    return tvm_build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target)
+
+
+def _fuse(mod, target):
+    """The preparation compile_relax applies before it looks kernels up in the database, so that the
+    kernels tuned are the ones it finds."""
+    import tvm
+    from tvm import relax
+
+    try:
+        dispatch = relax.pipeline.library_dispatch_passes(target)
+    except (ValueError, AttributeError):
+        dispatch = []
+    with target:
+        return tvm.transform.Sequential([*dispatch, relax.transform.LegalizeOps(),
+                                         relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant(),
+                                         relax.transform.FuseOps(), relax.transform.FuseTIR()])(mod)
+
+
+def metaschedule_us(module, inputs, trials: int, seed: int = 0) -> tuple[float, int]:
+    """Tuned time (µs per call of the whole compiled function, on `inputs`) and the number of fused
+    kernels MetaSchedule tuned, with `trials` measured candidates in all."""
+    import torch
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.torch import from_exported_program
+    from tvm.s_tir import meta_schedule as ms
+
+    with torch.no_grad():
+        mod = from_exported_program(torch.export.export(module, tuple(inputs)))
+    target = tvm.target.Target({"kind": "llvm", "mcpu": tvm.target.codegen.llvm_get_system_cpu(),
+                                "num-cores": os.cpu_count() or 1})
+    fused = _fuse(mod, target)
+    kernels = len(ms.relax_integration.extract_tasks(fused, target))
+    with tempfile.TemporaryDirectory() as wd:
+        builder = ms.builder.LocalBuilder(max_workers=1, timeout_sec=600, f_build=build_without_gpu_intrinsics)
+        db = ms.relax_integration.tune_relax(mod=fused, params={}, target=target, work_dir=wd,
+                                             max_trials_global=trials, num_trials_per_iter=min(trials, 32),
+                                             seed=seed, builder=builder)
+        ex = ms.relax_integration.compile_relax(db, mod, target, params=None)
+    dev = tvm.cpu()
+    vm = relax.VirtualMachine(ex, dev)
+    args = [tvm.runtime.tensor(x.detach().contiguous().numpy(), dev) for x in inputs]
+    _check_outputs(vm["main"](*args), module, inputs)
+    timer = vm.time_evaluator("main", dev, number=1, repeat=5, min_repeat_ms=20)
+    return float(timer(*args).median) * 1e6, kernels
+
+
+def _check_outputs(got, module, inputs) -> None:
+    """A reference that computes something else is no reference: the tuned module must agree with
+    PyTorch eager on the inputs it is timed on."""
+    import numpy as np
+    import torch
+
+    with torch.no_grad():
+        want = module(*inputs)
+    want = [want] if isinstance(want, torch.Tensor) else list(want)
+    got = [got] if hasattr(got, "numpy") else list(got)
+    if len(got) != len(want):
+        raise ValueError(f"MetaSchedule module returned {len(got)} outputs, PyTorch {len(want)}")
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        g, w = g.numpy(), w.detach().numpy()
+        if g.shape != w.shape or not np.allclose(g, w, rtol=1e-3, atol=1e-4 * max(1.0, float(np.abs(w).max()))):
+            raise ValueError(f"MetaSchedule output {i} differs from PyTorch eager")
