@@ -4,8 +4,9 @@ compares our search against (issue 8).
 The path is TVM's, not ours: our lowering emits plain loops without schedulable blocks, so the
 reference starts again from the module: `torch.export` -> Relax (`from_exported_program`) -> the
 preparation `compile_relax` applies (library dispatch, `LegalizeOps`, `FuseOps`, `FuseTIR`) ->
-`tune_relax` over the fused kernels -> `compile_relax`, and the Relax VM's `main` is timed with
-`time_evaluator` on the same inputs.
+`tune_relax` over the fused kernels -> `compile_relax`. The compiled function must agree with
+PyTorch eager; then each tuned kernel is timed alone (the figure comparable with our kernel times)
+and the whole function once through the Relax VM.
 
 Builder workers use `build_without_gpu_intrinsics`: TVM's default build function first imports
 `tvm.s_tir.tensor_intrin`, whose CUDA part alone takes ~47 s on a 2-core machine, in every builder
@@ -42,9 +43,18 @@ def _fuse(mod, target):
                                          relax.transform.FuseOps(), relax.transform.FuseTIR()])(mod)
 
 
-def metaschedule_us(module, inputs, trials: int, seed: int = 0) -> tuple[float, int]:
-    """Tuned time (µs per call of the whole compiled function, on `inputs`) and the number of fused
-    kernels MetaSchedule tuned, with `trials` measured candidates in all."""
+def metaschedule_times(module, inputs, trials: int, seed: int = 0) -> dict:
+    """TVM's MetaSchedule-tuned times for `module` on `inputs`, `trials` measured candidates in all:
+
+    - `metaschedule_us`: the sum over the tuned fused kernels, each timed alone as our timing
+      protocol times a program (compiled function, seeded arguments, `time_evaluator`); the figure to
+      set beside our own kernel times;
+    - `metaschedule_vm_us`: one call of the whole compiled Relax function in the VM, which adds the
+      VM's call and allocation overhead (it dominates on tiny programs);
+    - `kernels`: the number of fused kernels tuned.
+    """
+    import logging
+
     import torch
     import tvm
     from tvm import relax
@@ -57,18 +67,44 @@ def metaschedule_us(module, inputs, trials: int, seed: int = 0) -> tuple[float, 
                                 "num-cores": os.cpu_count() or 1})
     fused = _fuse(mod, target)
     kernels = len(ms.relax_integration.extract_tasks(fused, target))
+    # MetaSchedule logs every round to stdout at INFO; its log files go to the work dir.
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory() as wd:
         builder = ms.builder.LocalBuilder(max_workers=1, timeout_sec=600, f_build=build_without_gpu_intrinsics)
         db = ms.relax_integration.tune_relax(mod=fused, params={}, target=target, work_dir=wd,
                                              max_trials_global=trials, num_trials_per_iter=min(trials, 32),
                                              seed=seed, builder=builder)
         ex = ms.relax_integration.compile_relax(db, mod, target, params=None)
+        with target, db, tvm.transform.PassContext(opt_level=3):
+            tuned = relax.transform.MetaScheduleApplyDatabase()(fused)
     dev = tvm.cpu()
     vm = relax.VirtualMachine(ex, dev)
     args = [tvm.runtime.tensor(x.detach().contiguous().numpy(), dev) for x in inputs]
     _check_outputs(vm["main"](*args), module, inputs)
     timer = vm.time_evaluator("main", dev, number=1, repeat=5, min_repeat_ms=20)
-    return float(timer(*args).median) * 1e6, kernels
+    return {"metaschedule_us": _kernels_us(tuned, target, dev, seed),
+            "metaschedule_vm_us": float(timer(*args).median) * 1e6, "kernels": kernels}
+
+
+def _kernels_us(mod, target, dev, seed: int) -> float:
+    """Sum over the module's PrimFuncs of each one's median time on seeded arguments (µs)."""
+    import numpy as np
+    import tvm
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    rng = np.random.default_rng(seed)
+    total = 0.0
+    for _, f in sorted(((gv.name_hint, f) for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)),
+                       key=lambda item: item[0]):
+        lib = tvm.compile(tvm.IRModule({"main": f.with_attr("global_symbol", "main")}), target)
+        args = []
+        for info in ArgInfo.from_prim_func(f):
+            shape, dtype = [int(d) for d in info.shape], str(info.dtype)
+            values = rng.standard_normal(shape) if "float" in dtype else np.zeros(shape)
+            args.append(tvm.runtime.tensor(values.astype(dtype), dev))
+        evaluate = lib.mod.time_evaluator("main", dev, number=1, repeat=5, min_repeat_ms=20)
+        total += float(evaluate(*args).median) * 1e6
+    return total
 
 
 def _check_outputs(got, module, inputs) -> None:

@@ -73,6 +73,27 @@ def test_catalog_answers_sql(tiny_lake):
     assert rows and all(n > 0 for _, n in rows)
 
 
+def test_search_stage_links_trajectories_to_their_steps(tiny_lake):
+    from flows.storage import connect, read_table
+
+    root, _ = tiny_lake
+    steps = {r["step_id"]: r for r in read_table(root / "lake", "trajectory_steps").to_pylist()}
+    for t in read_table(root / "lake", "trajectories").to_pylist():
+        ids, speedups = json.loads(t["steps"]), json.loads(t["speedups"])
+        assert len(ids) == len(speedups) and t["states_verified"] <= 3  # the tiny profile's budget
+        for depth, (step_id, parent) in enumerate(zip(ids, [None, *ids], strict=False)):  # depth 0: on the root
+            assert steps[step_id]["parent_step_id"] == parent and steps[step_id]["depth"] == depth
+            assert steps[step_id]["program_id"] == t["program_id"]
+        assert t["best_speedup"] == pytest.approx(speedups[-1] if ids else 1.0, rel=1e-5)  # ends at the best state
+    con = connect(root / "lake")
+    n_single, n_all = (con.execute(f"SELECT count(*) FROM {v}").fetchone()[0] for v in ("steps", "steps_all"))
+    con.close()
+    assert n_all == n_single + len(steps)
+    refs = json.loads((root / "reports" / "search.json").read_text())["references"]
+    assert len(refs) == 1 and refs[0]["error"] is None and refs[0]["torch_eager_us"] > 0
+    assert refs[0]["metaschedule_us"] is None  # the tiny profile skips tuning (metaschedule_trials: 0)
+
+
 def test_rerun_reuses_finished_work_and_changes_nothing(tiny_lake):
     root, _ = tiny_lake
     before = table_bytes(root / "lake")
