@@ -127,7 +127,7 @@ def references(programs: list[dict], params: Params, cfg: dict) -> list[dict]:
                 from flows.metaschedule_ref import metaschedule_times
 
                 trials = int(cfg["metaschedule_trials"])
-                console.print(f"search: MetaSchedule reference for {p['workload']} ({trials} trials)")
+                _say(f"search: MetaSchedule reference for {p['workload']} ({trials} trials)")
                 row.update(metaschedule_times(module, inputs, trials))
         except Exception as e:  # reported, never hidden
             row["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
@@ -195,6 +195,12 @@ def _plot(drivers: dict, refs: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def _say(message: str) -> None:
+    """Progress on the console. The flow calls this rather than `console` itself: a Dask task runner
+    pickles the flow's function by value with the globals it names, and a Console holds a lock."""
+    console.print(message)
+
+
 @flow(name="search", task_runner=ThreadPoolTaskRunner(max_workers=1))
 def search_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
     params, lake = Params(raw, profile), Path(lake)
@@ -209,7 +215,7 @@ def search_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
     runs = [run for f in sorted(results) for run in results[f]["runs"]]
     chosen = [p for f in sorted(families) for p in families[f]]
     n_refs = min(len(chosen), int(cfg["reference_programs"]))
-    console.print(f"search: {len(runs)} searches; references on {n_refs} programs")
+    _say(f"search: {len(runs)} searches; references on {n_refs} programs")
     medians = build_search_report(runs, references(chosen, params, cfg), Path(reports))
     return {"stage": "search", "shards": len(calls), "rows": n, "median_speedup": medians}
 
