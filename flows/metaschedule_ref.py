@@ -67,16 +67,22 @@ def metaschedule_times(module, inputs, trials: int, seed: int = 0) -> dict:
                                 "num-cores": os.cpu_count() or 1})
     fused = _fuse(mod, target)
     kernels = len(ms.relax_integration.extract_tasks(fused, target))
-    # MetaSchedule logs every round to stdout at INFO; its log files go to the work dir.
-    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
-    with tempfile.TemporaryDirectory() as wd:
-        builder = ms.builder.LocalBuilder(max_workers=1, timeout_sec=600, f_build=build_without_gpu_intrinsics)
-        db = ms.relax_integration.tune_relax(mod=fused, params={}, target=target, work_dir=wd,
-                                             max_trials_global=trials, num_trials_per_iter=min(trials, 32),
-                                             seed=seed, builder=builder)
-        ex = ms.relax_integration.compile_relax(db, mod, target, params=None)
-        with target, db, tvm.transform.PassContext(opt_level=3):
-            tuned = relax.transform.MetaScheduleApplyDatabase()(fused)
+    # MetaSchedule logs every round to stdout at INFO (its log files go to the work dir): quiet it
+    # for the tuning, then give the caller's level back.
+    logger = logging.getLogger("tvm.s_tir.meta_schedule")
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        with tempfile.TemporaryDirectory() as wd:
+            builder = ms.builder.LocalBuilder(max_workers=1, timeout_sec=600, f_build=build_without_gpu_intrinsics)
+            db = ms.relax_integration.tune_relax(mod=fused, params={}, target=target, work_dir=wd,
+                                                 max_trials_global=trials, num_trials_per_iter=min(trials, 32),
+                                                 seed=seed, builder=builder)
+            ex = ms.relax_integration.compile_relax(db, mod, target, params=None)
+            with target, db, tvm.transform.PassContext(opt_level=3):
+                tuned = relax.transform.MetaScheduleApplyDatabase()(fused)
+    finally:
+        logger.setLevel(level)
     dev = tvm.cpu()
     vm = relax.VirtualMachine(ex, dev)
     args = [tvm.runtime.tensor(x.detach().contiguous().numpy(), dev) for x in inputs]
