@@ -2,7 +2,7 @@
 
 For each program (a PyTorch module translated to LEIR): the library policy's search with each
 driver (speedup = naive time / best state time, both measured in the same session by our timing
-protocol), then TVM's MetaSchedule-tuned kernels of the same module (`flows/metaschedule_ref.py`,
+protocol), then TVM's MetaSchedule-tuned kernels of the same module (`gpu_tasks/metaschedule.py`,
 each tuned kernel timed alone, the comparable figure) and PyTorch eager.
 
 Baseline named: MetaSchedule with `--trials` trials. The ratio printed is MetaSchedule's kernel time
@@ -62,11 +62,11 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
-    from flows.metaschedule_ref import metaschedule_times
-    from flows.pipeline_search import torch_eager_us
-    from flows.search_run import Pools, run_search
+    from flows.search import torch_eager_us
+    from gpu_tasks.metaschedule import metaschedule_times
     from leir.frontend import translate
-    from strategies.search import Budget, DriverConfig
+    from search.drivers import Budget, DriverConfig
+    from search.runner import Pools, run_search
 
     rows = []
     with Pools() as pools:

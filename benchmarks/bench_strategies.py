@@ -2,7 +2,7 @@
 over every registered strategy, on one core.
 
 Corpus: the 12 example programs (tests/data/programs.jsonl) and 20 catalogue originals at default
-shapes (the survey's deterministic sample, `flows.cli_strategies.sample_catalogue`). For each program
+shapes (the survey's deterministic sample, `cli.strategies.sample_catalogue`). For each program
 and strategy: `Strategy.sites` in full, then `Strategy.transformations` with at most 2 parameter
 variants per site (the default profile's `max_variants_per_site`) and no other cap; each
 transformation is a legal, non-trivial, alpha-checked rewrite with its facts. One `Context` per
@@ -33,7 +33,7 @@ CATALOGUE = 20
 
 
 def corpus(catalogue: int) -> list[tuple[str, Context]]:
-    from flows.cli_strategies import sample_catalogue
+    from cli.strategies import sample_catalogue
 
     rows = [json.loads(x) for x in (ROOT / "tests/data/programs.jsonl").read_text().splitlines() if x.strip()]
     out = [(r["name"], Context(parse_program(r["leir"]), Signature.from_json(r["signature"]))) for r in rows]

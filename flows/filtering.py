@@ -1,4 +1,4 @@
-"""The filter stage's logic: verified, de-duplicated, balanced steps, then samples split by family.
+"""The filter stage: verified, de-duplicated, balanced steps, then samples split by family.
 
 Every rule logs how many rows it kept (`Counter` rows become `reports/filter.json`). Choices are
 deterministic: rows are ranked by sha256(seed, step_id) (`flows.keys.rank`), never by DuckDB's
@@ -9,11 +9,22 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 
-from flows.keys import rank, stable_id
+from flows.prefect_env import configure
+
+configure()
+
+from prefect import flow  # noqa: E402
+from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
+
+from flows.config import Params  # noqa: E402
+from flows.keys import rank, stable_id  # noqa: E402
+from flows.storage import read_table  # noqa: E402
+from flows.tasks import group, write_table  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -144,3 +155,18 @@ def _sample(split: str, prompt_text: str, answer: str, rows: list[dict], count_t
     return {"sample_id": stable_id("sample", ids), "split": split, "prompt": prompt_text, "answer": answer,
             "step_ids": json.dumps(ids), "strategies": json.dumps([r["strategy"] for r in rows]),
             "prompt_tokens": count_tokens(prompt_text), "answer_tokens": count_tokens(answer)}
+
+
+@flow(name="filter", task_runner=ThreadPoolTaskRunner(max_workers=1))
+def filter_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
+    from flows.token_stats import count_tokens
+
+    params, lake = Params(raw, profile), Path(lake)
+    programs = read_table(lake, "programs")
+    kept, counters = select_steps(programs, read_table(lake, "steps"), read_table(lake, "verifications"), params)
+    samples, more = assemble_samples(kept, programs, params, count_tokens)
+    by_split = group(samples, lambda s: s["split"])
+    write_table(lake, "samples", by_split)
+    Path(reports).mkdir(parents=True, exist_ok=True)
+    (Path(reports) / "filter.json").write_text(json.dumps([c.to_json() for c in counters + more], indent=1) + "\n")
+    return {"stage": "filter", "kept_steps": kept.num_rows, "samples": len(samples)}

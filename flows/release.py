@@ -13,6 +13,17 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from flows.prefect_env import configure
+
+configure()
+
+from prefect import flow  # noqa: E402
+from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
+
+from flows.config import Params  # noqa: E402
+from flows.storage import read_table, release_inputs  # noqa: E402
+from flows.validate import GateFailed  # noqa: E402
+
 SPLITS = ("train", "test")
 SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)$")
 SEMVER_RULES = """\
@@ -173,3 +184,34 @@ def _write_croissant(folder: Path, version: str, params, schema: pa.Schema) -> N
         date_published=rel.get("date"), distribution=distribution, record_sets=record_sets)
     (folder / "croissant.json").write_text(json.dumps(metadata.to_json(), indent=1, sort_keys=True, default=str)
                                            + "\n")
+
+
+@flow(name="release", task_runner=ThreadPoolTaskRunner(max_workers=1))
+def release_flow(raw: dict, profile: str, lake: str, reports: str, version: str | None = None) -> dict:
+    params, lake = Params(raw, profile), Path(lake)
+    version = version or params.release["version"]
+    steps, _ = release_inputs(lake, params)
+    gate = json.loads((Path(reports) / "gate.json").read_text())
+    if not gate.get("success"):
+        raise GateFailed("the release gate did not pass; run the validate stage")
+    counters = json.loads((Path(reports) / "filter.json").read_text())
+    existing = lake / "releases" / f"v{version}"
+    if existing.exists():
+        return _compare_release(existing, lake, version, steps, params, gate, counters)
+    out = make_release(lake, version, read_table(lake, "samples"), steps, params, gate, counters)
+    return {"stage": "release", "version": version, "path": str(out)}
+
+
+def _compare_release(existing: Path, lake: Path, version, steps, params, gate, counters) -> dict:
+    """Re-running a release: fine when the files would be identical, an error when they differ."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir=lake) as tmp:
+        fresh = make_release(Path(tmp), version, read_table(lake, "samples"), steps, params, gate, counters)
+        files = sorted(p.relative_to(fresh) for p in fresh.rglob("*") if p.is_file())
+        same = files == sorted(p.relative_to(existing) for p in existing.rglob("*") if p.is_file()) and all(
+            (fresh / f).read_bytes() == (existing / f).read_bytes() for f in files)
+    if not same:
+        raise ReleaseError(f"release v{version} exists with other contents; bump the version in params.yaml "
+                           "(rules in the dataset card)")
+    return {"stage": "release", "version": version, "path": str(existing), "unchanged": True}

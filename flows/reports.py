@@ -13,7 +13,15 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from strategies.registry import ALL_NAMES
+from flows.prefect_env import configure
+
+configure()
+
+from prefect import flow  # noqa: E402
+from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
+
+from flows.storage import build_catalog, read_table  # noqa: E402
+from strategies.registry import ALL_NAMES  # noqa: E402
 
 
 def build_reports(programs: pa.Table, steps: pa.Table, verifications: pa.Table, samples: pa.Table,
@@ -105,3 +113,13 @@ def _plot_outcomes(verification: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100, metadata={"Software": None})
     plt.close(fig)
+
+
+@flow(name="report", task_runner=ThreadPoolTaskRunner(max_workers=1))
+def report_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
+    lake, out = Path(lake), Path(reports)
+    counters = json.loads((out / "filter.json").read_text()) if (out / "filter.json").exists() else []
+    summary = build_reports(read_table(lake, "programs"), read_table(lake, "steps"),
+                            read_table(lake, "verifications"), read_table(lake, "samples"), counters, out)
+    build_catalog(lake)
+    return {"stage": "report", **summary}

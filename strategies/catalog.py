@@ -9,6 +9,7 @@ STRATEGY_MODULES = (
     "strategies.memory",
     "strategies.algebra",
     "strategies.softmax",
+    "strategies.softmax_splits",
     "strategies.graph_tensors",
 )
 

@@ -470,7 +470,3 @@ class FlashattentionWoTiling(Strategy):
                   f"become one loop over the {n} keys plus a final normalisation: {plural(3, 'pass')} over "
                   "the scores are saved.")
         return Rewrite(program, facts, effect)
-
-
-# The splits live in their own module; importing it here registers them with this level's strategies.
-from strategies import softmax_splits  # noqa: E402, F401

@@ -94,7 +94,7 @@ def test_family_split_holds_out_whole_families():
 
 
 def test_token_counts_are_qwen_ids():
-    from flows.tokens import count_tokens, encode
+    from flows.token_stats import count_tokens, encode
 
     assert encode("hello world") == [14990, 1879]  # Qwen2.5 ids, checked against the official tokenizer
     assert count_tokens("") == 0 and count_tokens("<think>") > 1  # special strings count as text

@@ -6,7 +6,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
+from cli.main import app
 from flows.storage import StorageError, build_catalog, connect, read_table, write_shard
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from flows.tokens import TOKENIZER, count_tokens, encode
+from flows.token_stats import TOKENIZER, count_tokens, encode
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -87,7 +87,7 @@ def test_counts_match_an_independent_bpe(text, independent_bpe):
 
 
 def test_counts_are_the_same_in_a_fresh_process():
-    code = ("import json, sys; from flows.tokens import count_tokens; "
+    code = ("import json, sys; from flows.token_stats import count_tokens; "
             "print(json.dumps([count_tokens(t) for t in json.loads(sys.stdin.read())]))")
     out = subprocess.run([sys.executable, "-c", code], input=json.dumps(KNOWN_TEXTS), capture_output=True,
                          text=True, check=True, cwd=Path(__file__).resolve().parents[2])
@@ -176,7 +176,7 @@ def test_token_rows_fit_the_tokens_table_and_threads_change_nothing(tmp_path):
 
 @pytest.fixture
 def cli():
-    from flows.cli import app
+    from cli.main import app
 
     runner = CliRunner()
     return lambda *args: runner.invoke(app, ["tokens", *args])
@@ -313,9 +313,9 @@ def _tiny_lake(lake: Path) -> None:
 def test_stage_task_and_sample_families_without_the_engine(tmp_path):
     from dataclasses import asdict
 
-    from flows.pipeline_tokens import counting_code, sample_rows, tokens_task
     from flows.storage import read_table
     from flows.token_stats import program_states, token_rows
+    from flows.tokens import counting_code, sample_rows, tokens_task
 
     _tiny_lake(tmp_path)
     programs, steps = read_table(tmp_path, "programs").to_pylist(), read_table(tmp_path, "steps").to_pylist()
@@ -331,7 +331,7 @@ def test_stage_task_and_sample_families_without_the_engine(tmp_path):
 def test_tokens_stage_writes_the_table_and_reports_and_reuses_its_cache(tmp_path, harness):
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
-    import flows.pipeline_tokens as stage
+    import flows.tokens as stage
     from flows.config import load_params
     from flows.storage import read_table
 

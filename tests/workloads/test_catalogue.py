@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from leir.frontend import translate
-from tests.leir.frontend_check import have_verifier, interpret_error
+from tests.leir.frontend.frontend_check import have_verifier, interpret_error
 from workloads.registry import all_workloads, get_workload, workloads_of_kind
 from workloads.sampling import build, sample_instance, sample_instances
 

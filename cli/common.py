@@ -1,0 +1,51 @@
+"""What the command groups share: reading FILE or stdin line by line, loading a signature, failing
+with a one-line message and exit code 2, and `FILE:LINE:COL: error: ...` for syntax errors."""
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from leir.errors import LeirSyntaxError, SignatureError
+from leir.signature import Signature
+
+FileArg = Annotated[str, typer.Argument(help="File with one LEIR program per line, or '-' for stdin.")]
+SignatureOpt = Annotated[Path, typer.Option("--signature", "-s", help="Signature JSON "
+                                            '({"tensors": [{"name", "shape", "dtype", "role"}, ...]}).')]
+
+
+def read_lines(file: str) -> tuple[str, Iterator[tuple[int, str]]]:
+    """(display name, iterator of (line number, text)) over the non-blank lines of FILE or stdin."""
+    if file == "-":
+        name, lines = "<stdin>", sys.stdin.read().splitlines()
+    else:
+        path = Path(file)
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as e:
+            fail(f"cannot read {file}: {e}")
+        name = file
+    return name, ((i, line) for i, line in enumerate(lines, start=1) if line.strip())
+
+
+def load_signature(path: Path) -> Signature:
+    try:
+        return Signature.from_json(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        fail(f"cannot read signature {path}: {e}")
+    except SignatureError as e:
+        fail(f"{path}: {e}")
+
+
+def fail(message: str, code: int = 2):
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def syntax_message(file: str, lineno: int, err: LeirSyntaxError) -> str:
+    """`FILE:LINE:COL: error: ...` where LINE is the line of FILE (one program per line)."""
+    line = lineno + err.line - 1
+    return f"{file}:{line}:{err.column}: error: {err.message()}"

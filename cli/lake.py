@@ -1,0 +1,108 @@
+"""`steptp sql` and `steptp lake status`: query and inspect the lake."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cli.common import fail
+
+lake_app = typer.Typer(help="Inspect the data lake.", no_args_is_help=True)
+LakeOpt = Annotated[Path, typer.Option("--lake", envvar="STEPTP_LAKE", help="The lake folder.")]
+DEFAULT_LAKE = Path("lake")
+
+
+@lake_app.command("status")
+def status(lake: LakeOpt = DEFAULT_LAKE,
+           as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False):
+    """Tables (shards, rows), the last run and the release versions."""
+    import pyarrow.parquet as pq
+
+    from flows.storage import TABLES, shards
+
+    tables = {}
+    for name in TABLES:
+        files = shards(lake, name) if (lake / name).exists() else []
+        tables[name] = {"shards": len(files), "rows": sum(pq.ParquetFile(f).metadata.num_rows for f in files)}
+    releases = sorted(p.name for p in (lake / "releases").glob("v*")) if (lake / "releases").exists() else []
+    last_run = None
+    marker = lake / "last_run.json"
+    if marker.exists():
+        last_run = json.loads(marker.read_text())
+    info = {"lake": str(lake), "tables": tables, "last_run": last_run, "releases": releases}
+    if as_json:
+        typer.echo(json.dumps(info, indent=1))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("table", "shards", "rows", title=f"lake: {lake}")
+    for name, t in tables.items():
+        table.add_row(name, str(t["shards"]), str(t["rows"]))
+    console = Console()
+    console.print(table)
+    console.print(f"last run: {last_run or '-'}")
+    console.print(f"releases: {', '.join(releases) or '-'}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(lake_app, name="lake")
+
+    @app.command("sql")
+    def sql(query: Annotated[str, typer.Argument(help="A DuckDB query over the lake's views (programs, steps, "
+                                                 "verifications, timings, samples, tokens, steps_verified).")],
+            lake: LakeOpt = DEFAULT_LAKE,
+            fmt: Annotated[str, typer.Option("--format", help="table, csv, json (one object per line) or "
+                                             "parquet (written to --output).")] = "table",
+            output: Annotated[Path | None, typer.Option(help="Output file (required for parquet).")] = None):
+        """Run a SQL query on the lake and print the result."""
+        import duckdb
+
+        from flows.storage import connect
+
+        if fmt not in ("table", "csv", "json", "parquet"):
+            fail(f"--format must be table, csv, json or parquet, got {fmt!r}")
+        if not lake.exists():
+            fail(f"no lake at {lake} (run `steptp run` first, or pass --lake)")
+        con = connect(lake)
+        try:
+            result = con.sql(query)
+            if result is None:
+                return
+            frame = result.to_arrow_table()
+        except duckdb.Error as e:
+            fail(str(e).splitlines()[0])
+        finally:
+            con.close()
+        _print(frame, fmt, output)
+
+
+def _print(frame, fmt: str, output: Path | None):
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    if fmt == "parquet":
+        if output is None:
+            fail("--format parquet needs --output FILE")
+        pq.write_table(frame, output)
+        return
+    if fmt == "csv":
+        target = output.open("wb") if output else sys.stdout.buffer
+        pacsv.write_csv(frame, target)
+        return
+    rows = frame.to_pylist()
+    if fmt == "json":
+        text = "".join(json.dumps(r, default=str) + "\n" for r in rows)
+        output.write_text(text) if output else typer.echo(text, nl=False)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(*frame.column_names)
+    for r in rows:
+        table.add_row(*("" if v is None else str(v) for v in r.values()))
+    Console(width=int(os.environ.get("COLUMNS", "160"))).print(table)

@@ -1,0 +1,198 @@
+"""`steptp strategies list`, `steptp apply`, `steptp sites`: the strategy library from the shell."""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cli.common import fail, load_signature
+
+strategies_app = typer.Typer(help="The 43 atomic strategies.", no_args_is_help=True)
+
+
+def _read_program(file: str):
+    from leir.errors import LeirSyntaxError
+    from leir.parse import parse_program
+
+    text = typer.get_text_stream("stdin").read() if file == "-" else _read(file)
+    try:
+        return parse_program(text)
+    except LeirSyntaxError as e:
+        fail(f"{'<stdin>' if file == '-' else file}:{e.line}:{e.column}: {e.message()}")
+
+
+def _read(file: str) -> str:
+    try:
+        return Path(file).read_text(encoding="utf-8")
+    except OSError as e:
+        fail(f"cannot read {file}: {e}")
+
+
+@strategies_app.command("list")
+def list_(as_json: Annotated[bool, typer.Option("--json", help="One JSON array of objects.")] = False):
+    """List the strategies: name, level, exactness, description (and whether it is implemented)."""
+    from strategies.registry import ALL_NAMES, LEVEL_OF, get
+
+    rows = []
+    for name in ALL_NAMES:
+        try:
+            s = get(name)
+            rows.append({"name": name, "level": s.level, "exactness": s.exactness, "description": s.description})
+        except KeyError:
+            rows.append({"name": name, "level": LEVEL_OF[name], "exactness": None, "description": None})
+    if as_json:
+        typer.echo(json.dumps(rows, indent=1))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("name", "level", "exactness", "description")
+    for r in rows:
+        table.add_row(r["name"], r["level"], r["exactness"] or "-", r["description"] or "(not implemented yet)")
+    Console().print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(strategies_app, name="strategies")
+
+    @app.command("apply")
+    def apply(strategy: Annotated[str, typer.Argument(help="A strategy name, or 'all' to try every one.")],
+              file: Annotated[str, typer.Argument(help="File with one LEIR program ('-' for stdin).")],
+              signature: Annotated[Path, typer.Option("--signature", "-s", help="Signature JSON.")],
+              target: Annotated[str, typer.Option(help="llvm (CPU) or cuda.")] = "llvm",
+              seed: Annotated[int, typer.Option(help="Seed for choosing among transformations with --max.")] = 0,
+              max_: Annotated[int | None, typer.Option("--max", help="At most N transformations per strategy "
+                                                       "(a seeded, deterministic choice).")] = None,
+              cot: Annotated[bool, typer.Option(help="Include the chain of thought.")] = True):
+        """Apply a strategy at every legal site and parameter; one JSON line per transformation:
+        {"strategy", "site", "params", "after", "cot"}. Exit 1 if nothing applies."""
+        from strategies.base import Context
+        from strategies.cot import answer
+        from strategies.registry import ALL_NAMES, get, registered
+
+        program, sig = _read_program(file), load_signature(signature)
+        ctx = Context(program, sig, target)
+        try:
+            chosen = registered() if strategy == "all" else [get(strategy)]
+        except KeyError as e:
+            fail(str(e.args[0]))
+        if strategy != "all" and strategy not in ALL_NAMES:
+            fail(f"unknown strategy {strategy!r}")
+        count = 0
+        for s in chosen:
+            ts = list(s.transformations(ctx))
+            if max_ is not None and len(ts) > max_:
+                rng = random.Random(f"{seed}:{s.name}:{ctx.alpha}")
+                ts = [ts[i] for i in sorted(rng.sample(range(len(ts)), max_))]
+            for t in ts:
+                row = {"strategy": t.strategy, "site": t.site.to_json(), "params": t.params, "after": t.after_text}
+                if cot:
+                    row["cot"] = answer(t)
+                typer.echo(json.dumps(row))
+                count += 1
+        raise typer.Exit(0 if count else 1)
+
+    @app.command("sites")
+    def sites(file: Annotated[str, typer.Argument(help="File with one LEIR program ('-' for stdin).")],
+              signature: Annotated[Path, typer.Option("--signature", "-s", help="Signature JSON.")],
+              target: Annotated[str, typer.Option(help="llvm (CPU) or cuda.")] = "llvm"):
+        """Which strategies apply where, without applying: one JSON line per strategy with legal sites."""
+        from strategies.base import Context
+        from strategies.registry import registered
+
+        ctx = Context(_read_program(file), load_signature(signature), target)
+        for s in registered():
+            found = s.legal_sites(ctx)
+            if found:
+                typer.echo(json.dumps({"strategy": s.name, "level": s.level,
+                                       "sites": [x.to_json() for x in found]}))
+
+
+# --- the survey (issue 5's report) ----------------------------------------------------------------------
+
+def sample_catalogue(n: int, seed: int = 0, dtype: str = "float32") -> list:
+    """A deterministic sample of `n` catalogue originals at default-profile shapes: families in name
+    order, taken round-robin, each family's workloads in a seeded order; `dtype` where the workload
+    offers it (as the default profile does), else the instance's. Untranslatable ones are skipped."""
+    from dataclasses import replace
+
+    from leir.frontend import TranslationError, translate
+    from strategies.base import Context
+    from strategies.survey import SurveyProgram
+    from workloads.registry import all_workloads
+    from workloads.sampling import build, sample_instance
+
+    by_family: dict[str, list] = {}
+    for w in all_workloads():
+        by_family.setdefault(w.family, []).append(w)
+    for family, ws in by_family.items():
+        random.Random(f"survey:{seed}:{family}").shuffle(ws)
+    order = [ws[i] for i in range(max(map(len, by_family.values())))
+             for _, ws in sorted(by_family.items()) if i < len(ws)]
+    out = []
+    for w in order:
+        if len(out) >= n:
+            break
+        inst = sample_instance(w, seed, 0, "default")
+        if dtype in w.dtypes:
+            inst = replace(inst, dtype=dtype)
+        try:
+            module, inputs = build(w, inst)
+            tr = translate(module, inputs, dtype=inst.dtype)
+        except TranslationError:
+            continue
+        out.append(SurveyProgram(w.name, Context(tr.program, tr.signature)))
+    return out
+
+
+def pool_verifier(workers: int, timeout_s: float, target: str = "llvm", draws: int = 3, seed: int = 0):
+    """`verify(items)` for the survey: every pair in a `WorkerPool` through `verify_pairs`."""
+    def verify(items):
+        from gpu_tasks.pool import WorkerPool
+        from gpu_tasks.verify import pair_request, verify_pairs
+
+        requests = [pair_request(t.before, t.after, sig, target=target, draws=draws, seed=seed) for t, sig in items]
+        with WorkerPool(workers=workers, timeout_s=timeout_s) as pool:
+            return verify_pairs(requests, pool)
+    return verify
+
+
+@strategies_app.command("survey")
+def survey_(programs: Annotated[int, typer.Option("--programs", help="Catalogue originals to sample.")] = 40,
+            as_json: Annotated[bool, typer.Option("--json", help="One JSON object instead of the table.")] = False,
+            cap: Annotated[int, typer.Option(help="Applications verified per program and strategy.")] = 2,
+            per_site: Annotated[int, typer.Option(help="Parameter variants per site.")] = 2,
+            inline_cap: Annotated[int, typer.Option(help="compute_inline results per program for the "
+                                                    "mathematical strategies.")] = 2,
+            workers: Annotated[int, typer.Option(help="Verification worker processes.")] = 2,
+            timeout_s: Annotated[float, typer.Option(help="Time limit per verification.")] = 60.0,
+            seed: Annotated[int, typer.Option(help="Seed of the program sample and application choice.")] = 0,
+            strategy: Annotated[list[str] | None, typer.Option("--strategy", help="Only these strategies "
+                                                               "(repeatable).")] = None):
+    """Per strategy: sites on a deterministic sample of catalogue originals (plus one compute_inline
+    step for the mathematical strategies), applications, and how many verify as declared."""
+    import sys
+    import time
+
+    from strategies.survey import survey
+
+    start = time.perf_counter()
+    sample = sample_catalogue(programs, seed)
+    typer.echo(f"{len(sample)} programs translated in {time.perf_counter() - start:.1f} s", err=True)
+    try:
+        result = survey(sample, pool_verifier(workers, timeout_s, seed=seed), strategy or None, cap=cap,
+                        per_site=per_site, inline_cap=inline_cap, seed=seed,
+                        progress=lambda name: print(f"  enumerated {name}", file=sys.stderr, flush=True))
+    except KeyError as e:
+        fail(str(e.args[0]))
+    typer.echo(f"done in {time.perf_counter() - start:.1f} s", err=True)
+    if as_json:
+        typer.echo(json.dumps(result.to_json(), indent=1))
+        return
+    typer.echo(f"Survey of {len(result.programs)} catalogue originals (cap {cap} applications per program and "
+               f"strategy, {per_site} variants per site, {inline_cap} compute_inline steps for the mathematical "
+               f"strategies, seed {seed}):\n")
+    typer.echo(result.table())

@@ -1,0 +1,239 @@
+"""The search stage (issue 8): the library policy's searches on a configured subset of the programs,
+the `trajectories` table, the best trajectories as multi-step step records, and
+reports/search.{json,png} with PyTorch eager and MetaSchedule reference times side by side.
+
+- One task per workload family runs every configured driver on that family's first
+  `programs_per_family` verified programs (by program_id). Timings are measurements, so the task
+  cache only helps a killed run resume; a fresh lake searches again.
+- Trajectory steps (steps schema, parent_step_id/depth) are written to `lake/trajectory_steps/`, not
+  into `lake/steps`: that folder is the transform stage's DVC output, and transform drops shards it
+  did not write. The `trajectories` rows name those step ids.
+- References, on the first `reference_programs` programs: PyTorch eager (the catalogue module,
+  float32, `torch.utils.benchmark`) and TVM's own MetaSchedule-tuned time for the same module
+  (`gpu_tasks/metaschedule.py`, `metaschedule_trials` trials; 0 skips it). Failures are reported
+  with their reason, never hidden.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from flows.prefect_env import configure
+
+configure()
+
+from prefect import flow, task  # noqa: E402
+from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
+
+from flows.config import Params  # noqa: E402
+from flows.keys import stable_id  # noqa: E402
+from flows.storage import read_table  # noqa: E402
+from flows.tasks import key_from_arg, run_tasks, say, stage_key, write_table  # noqa: E402
+from flows.transform import step_row  # noqa: E402
+
+if TYPE_CHECKING:
+    from leir.signature import Signature
+    from search.drivers import SearchResult
+
+DEFAULTS = {"drivers": ["chain", "greedy", "beam", "bfs", "dfs", "mcts"], "policy": "library", "budget": 12,
+            "wall_s": 300, "depth": 4, "branching": 4, "width": 2, "ucb_c": 1.4, "iterations": 24,
+            "families": "all", "programs_per_family": 1, "seed": 0, "repeats": 5, "min_repeat_ms": 20,
+            "reference_programs": 2, "metaschedule_trials": 32}
+
+
+def search_params(params: Params) -> dict:
+    """params.yaml's `search` section, with the profile's own `search` entries on top."""
+    return {**DEFAULTS, **(params.raw.get("search") or {}), **(params.profile.get("search") or {})}
+
+
+def select_programs(programs: list[dict], cfg: dict) -> dict[str, list[dict]]:
+    """Verified programs by family, the first `programs_per_family` by program_id."""
+    out: dict[str, list[dict]] = {}
+    for p in sorted(programs, key=lambda p: p["program_id"]):
+        if p["verification_status"] not in ("exact", "close"):
+            continue
+        if cfg["families"] != "all" and p["family"] not in cfg["families"]:
+            continue
+        rows = out.setdefault(p["family"], [])
+        if len(rows) < int(cfg["programs_per_family"]):
+            rows.append(p)
+    return dict(sorted(out.items()))
+
+
+def search_programs(programs: list[dict], cfg: dict, target: str) -> dict:
+    """Every driver on every program: trajectories rows, step rows, per-search summaries."""
+    from leir.signature import Signature
+    from search.drivers import Budget, DriverConfig
+    from search.runner import Pools, SearchSettings, run_search
+
+    config = DriverConfig(int(cfg["depth"]), int(cfg["branching"]), int(cfg["width"]), float(cfg["ucb_c"]),
+                          int(cfg["iterations"]))
+    settings = SearchSettings(target=target, repeats=int(cfg["repeats"]), min_repeat_ms=int(cfg["min_repeat_ms"]))
+    trajectories, steps, runs = [], {}, []
+    with Pools() as pools:
+        for p in programs:
+            sig = Signature.from_json(p["signature"])
+            for driver in cfg["drivers"]:
+                budget = Budget(int(cfg["budget"]), float(cfg["wall_s"]))
+                result = run_search(p["leir"], sig, driver, cfg["policy"], budget, int(cfg["seed"]), config=config,
+                                    settings=settings, pools=pools, as_result=True)
+                rows, row = trajectory_rows(result, p["program_id"], sig)
+                trajectories.append(row)
+                steps.update((r["step_id"], r) for r in rows)
+                runs.append({"program_id": p["program_id"], "workload": p["workload"], "driver": driver,
+                             "best_speedup": result.best.speedup, "strategies": result.strategies(),
+                             "states_verified": result.states_verified, "wall_s": round(result.wall_s, 3),
+                             "root_us": result.best.root_us})
+    return {"trajectories": trajectories, "steps": [steps[k] for k in sorted(steps)], "runs": runs}
+
+
+def trajectory_rows(result: SearchResult, program_id: str, signature: Signature) -> tuple[list[dict], dict]:
+    """The best trajectory as multi-step `steps` rows (parent_step_id, depth) and its `trajectories` row."""
+    steps, parent = [], None
+    for depth, node in enumerate(result.trajectory):
+        row = step_row(node.action.transformation, program_id, parent, depth, signature)
+        steps.append(row)
+        parent = row["step_id"]
+    step_ids = [s["step_id"] for s in steps]
+    trajectory_id = stable_id("trajectory", program_id, result.driver, result.policy, result.seed, step_ids)
+    speedups = [round(n.speedup, 6) if n.speedup is not None else None for n in result.trajectory]
+    row = {"trajectory_id": trajectory_id, "program_id": program_id, "driver": result.driver,
+           "policy": result.policy, "seed": result.seed, "steps": json.dumps(step_ids),
+           "speedups": json.dumps(speedups), "best_speedup": float(result.best.speedup),
+           "states_verified": result.states_verified, "wall_s": round(result.wall_s, 3)}
+    return steps, row
+
+
+@task(cache_key_fn=key_from_arg, persist_result=True)
+def search_task(key: str, programs: list[dict], cfg: dict, target: str) -> dict:
+    return search_programs(programs, cfg, target)
+
+
+# --- references: PyTorch eager and MetaSchedule ---------------------------------------------------
+
+def _catalogue_module(p: dict, params: Params):
+    from workloads.registry import get_workload
+    from workloads.sampling import build, sample_instance
+
+    w = get_workload(p["workload"])
+    shape = json.loads(p["shape_params"])
+    for k in range(int(params.profile["instances_per_workload"])):
+        inst = sample_instance(w, params.seed, k, params.profile["workload_profile"])
+        if inst.params == shape:
+            from dataclasses import replace
+
+            return build(w, replace(inst, dtype=p["dtype"]))
+    raise LookupError(f"no catalogue instance of {p['workload']} with {shape}")
+
+
+def torch_eager_us(module, inputs, min_run_time: float = 0.5) -> float:
+    import torch
+    from torch.utils import benchmark
+
+    with torch.no_grad():
+        timer = benchmark.Timer(stmt="m(*x)", globals={"m": module, "x": inputs}, num_threads=os.cpu_count() or 1)
+        return float(timer.blocked_autorange(min_run_time=min_run_time).median * 1e6)
+
+
+def references(programs: list[dict], params: Params, cfg: dict) -> list[dict]:
+    out = []
+    for p in programs[:int(cfg["reference_programs"])]:
+        row = {"program_id": p["program_id"], "workload": p["workload"], "torch_eager_us": None,
+               "metaschedule_us": None, "metaschedule_vm_us": None,
+               "metaschedule_trials": int(cfg["metaschedule_trials"]), "error": None}
+        try:
+            module, inputs = _catalogue_module(p, params)
+            row["torch_eager_us"] = torch_eager_us(module, inputs)
+            if int(cfg["metaschedule_trials"]) > 0:
+                from gpu_tasks.metaschedule import metaschedule_times
+
+                trials = int(cfg["metaschedule_trials"])
+                say(f"search: MetaSchedule reference for {p['workload']} ({trials} trials)")
+                row.update(metaschedule_times(module, inputs, trials))
+        except Exception as e:  # reported, never hidden
+            row["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
+        out.append(row)
+    return out
+
+
+# --- report -----------------------------------------------------------------------------------------
+
+def build_search_report(runs: list[dict], refs: list[dict], out: Path) -> dict:
+    by_driver: dict[str, list[dict]] = {}
+    for r in runs:
+        by_driver.setdefault(r["driver"], []).append(r)
+    drivers = {}
+    for d, rs in by_driver.items():
+        sp = [r["best_speedup"] for r in rs]
+        drivers[d] = {"searches": len(rs), "mean_speedup": round(statistics.mean(sp), 4),
+                      "median_speedup": round(statistics.median(sp), 4), "max_speedup": round(max(sp), 4),
+                      "states_verified": sum(r["states_verified"] for r in rs),
+                      "wall_s": round(sum(r["wall_s"] for r in rs), 2)}
+    best_us = {}
+    for r in runs:
+        if r["root_us"]:
+            us = r["root_us"] / r["best_speedup"]
+            best_us[r["program_id"]] = min(best_us.get(r["program_id"], us), us)
+    root_us = {r["program_id"]: r["root_us"] for r in runs if r["root_us"]}
+    for ref in refs:
+        pid = ref["program_id"]
+        ref["naive_us"], ref["best_search_us"] = root_us.get(pid), best_us.get(pid)
+        if ref["metaschedule_us"] and ref["best_search_us"]:
+            # > 1: the search's best kernel is faster than MetaSchedule's tuned kernels
+            ref["search_speedup_over_metaschedule"] = round(ref["metaschedule_us"] / ref["best_search_us"], 4)
+    report = {"drivers": drivers, "trajectories": [
+        {k: r[k] for k in ("program_id", "workload", "driver", "best_speedup", "strategies", "states_verified")}
+        for r in runs], "references": refs}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "search.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
+    _plot(drivers, refs, out / "search.png")
+    return {d: v["median_speedup"] for d, v in drivers.items()}
+
+
+def _plot(drivers: dict, refs: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    names = list(drivers)
+    for i, key in enumerate(("mean_speedup", "median_speedup", "max_speedup")):
+        a.bar([x + 0.27 * i for x in range(len(names))], [drivers[n][key] for n in names], 0.27, label=key)
+    a.set_xticks([x + 0.27 for x in range(len(names))], names)
+    a.set_ylabel("speedup over the naive original")
+    a.legend()
+    labels = [r["workload"] for r in refs]
+    keys = ("naive_us", "best_search_us", "metaschedule_us", "metaschedule_vm_us", "torch_eager_us")
+    for i, key in enumerate(keys):
+        b.bar([x + 0.16 * i for x in range(len(refs))], [r.get(key) or 0 for r in refs], 0.16, label=key)
+    b.set_xticks([x + 0.32 for x in range(len(refs))], labels)
+    b.set_yscale("log")
+    b.set_ylabel("µs per run")
+    b.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    plt.close(fig)
+
+
+@flow(name="search", task_runner=ThreadPoolTaskRunner(max_workers=1))
+def search_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
+    params, lake = Params(raw, profile), Path(lake)
+    cfg = search_params(params)
+    families = select_programs(read_table(lake, "programs").to_pylist(), cfg)
+    target = params.verify["target"]
+    calls = [(f, search_task, (stage_key("search", params, lake, rows, cfg), rows, cfg, target))
+             for f, rows in families.items()]
+    results = run_tasks("search: drivers x programs", calls)
+    n = write_table(lake, "trajectories", {f: r["trajectories"] for f, r in results.items()})
+    write_table(lake, "trajectory_steps", {f: r["steps"] for f, r in results.items()})
+    runs = [run for f in sorted(results) for run in results[f]["runs"]]
+    chosen = [p for f in sorted(families) for p in families[f]]
+    n_refs = min(len(chosen), int(cfg["reference_programs"]))
+    say(f"search: {len(runs)} searches; references on {n_refs} programs")
+    medians = build_search_report(runs, references(chosen, params, cfg), Path(reports))
+    return {"stage": "search", "shards": len(calls), "rows": n, "median_speedup": medians}
+

@@ -1,0 +1,83 @@
+"""The transform stage: every strategy at every site of every verified original (parameter variants
+capped), and the mathematical strategies again on the results of compute_inline (multi-step, depth
+1..N) -> the `steps` table, one shard per workload family."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from flows.prefect_env import configure
+
+configure()
+
+from prefect import flow, task  # noqa: E402
+from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
+
+from flows.config import Params  # noqa: E402
+from flows.keys import stable_id  # noqa: E402
+from flows.storage import read_table  # noqa: E402
+from flows.tasks import by_family, key_from_arg, run_tasks, stage_key, write_table  # noqa: E402
+
+PASSING = ("exact", "close")
+
+
+def transform_shard(programs: list[dict], params) -> list[dict]:
+    from leir.parse import parse_program
+    from leir.signature import Signature
+    from strategies.base import Context
+
+    rows: dict[str, dict] = {}
+    for p in programs:
+        if p["verification_status"] not in PASSING:
+            continue
+        sig = Signature.from_json(p["signature"])
+        root = Context(parse_program(p["leir"]), sig, params.verify["target"])
+        for row in _steps_from(root, p["program_id"], None, 0, params):
+            rows.setdefault(row["step_id"], row)
+    return [rows[k] for k in sorted(rows)]
+
+
+def _steps_from(ctx, program_id: str, parent: str | None, depth: int, params) -> list[dict]:
+    """Steps from one program state: all strategies at depth 0; after compute_inline, the
+    mathematical ones (and compute_inline again) up to `inline_depth`."""
+    from strategies.registry import registered
+
+    prof = params.profile
+    out = []
+    for strategy in registered():
+        if depth > 0 and strategy.level != "mathematical" and strategy.name != "compute_inline":
+            continue
+        for t in strategy.transformations(ctx, limit=int(prof["max_steps_per_program_strategy"]),
+                                          per_site=int(prof["max_variants_per_site"])):
+            row = step_row(t, program_id, parent, depth, ctx.signature)
+            out.append(row)
+            if t.strategy == "compute_inline" and depth < int(prof["inline_depth"]):
+                out.extend(_steps_from(ctx.with_program(t.after), program_id, row["step_id"], depth + 1, params))
+    return out
+
+
+def step_row(t, program_id: str, parent: str | None, depth: int, signature) -> dict:
+    from leir.canon import program_id as pid_of
+    from strategies.cot import answer
+
+    step_id = stable_id("step", program_id, parent, t.before_text, t.strategy, t.site.to_json(), t.params)
+    return {"step_id": step_id, "program_id": program_id, "parent_step_id": parent, "depth": depth,
+            "strategy": t.strategy, "level": t.level, "site": json.dumps(t.site.to_json(), sort_keys=True),
+            "params": t.params_json(), "before_leir": t.before_text, "after_leir": t.after_text,
+            "after_program_id": pid_of(t.after, signature), "exactness": t.exactness, "cot": answer(t)}
+
+
+
+@task(cache_key_fn=key_from_arg, persist_result=True)
+def transform_task(key: str, programs: list[dict], raw: dict, profile: str) -> list[dict]:
+    return transform_shard(programs, Params(raw, profile))
+
+
+@flow(name="transform", task_runner=ThreadPoolTaskRunner(max_workers=1))
+def transform_flow(raw: dict, profile: str, lake: str) -> dict:
+    params, lake = Params(raw, profile), Path(lake)
+    families = by_family(read_table(lake, "programs"))
+    calls = [(f, transform_task, (stage_key("transform", params, lake, rows), rows, raw, profile))
+             for f, rows in families.items()]
+    n = write_table(lake, "steps", run_tasks("transform: apply strategies", calls))
+    return {"stage": "transform", "shards": len(calls), "rows": n}

@@ -1,0 +1,131 @@
+"""Emission of LEIR nests for the translator: tensor references, loop nests, broadcasting reads.
+
+Every nest follows LEIR.md §5: `B^{n0}_{tx=0}` over the first extent, then `L` loops named from the
+index sequence (`a c d f ...`); a nest without extents is `B^{1}_{tx=0}`.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from leir.ast import Access, Loop, Nest, Num, Program, Stmt, Var
+from leir.frontend.expr import X, ex
+from leir.names import TensorNames, index_names
+
+
+@dataclass(frozen=True, slots=True)
+class Ref:
+    """A tensor the program reads or writes. `lead` holds literal leading subscripts: the slot of a
+    tuple result stacked on a leading index (LEIR.md §5)."""
+
+    name: str
+    code: str
+    shape: tuple[int, ...]
+    lead: tuple[int, ...] = ()
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def at(self, *indices) -> X:
+        ix = tuple(Num(i) for i in self.lead) + tuple(ex(i) for i in indices)
+        return X(Access(self.name, self.code, "g", ix))
+
+    def slot(self, k: int) -> Ref:
+        """Element `k` of a stacked tuple tensor."""
+        return Ref(self.name, self.code, self.shape[1:], self.lead + (k,))
+
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+def broadcast_read(ref: Ref, out_vars: Sequence, out_shape: Sequence[int]) -> X:
+    """Read `ref` at the position of an element of a result of shape `out_shape`, with PyTorch
+    broadcasting (right-aligned; a size-1 dimension under a larger one reads index 0)."""
+    offset = len(out_shape) - ref.rank
+    if offset < 0:
+        raise ValueError(f"cannot broadcast shape {list(ref.shape)} to {list(out_shape)}")
+    ix = []
+    for d, size in enumerate(ref.shape):
+        out_size = out_shape[offset + d]
+        if size == out_size:
+            ix.append(out_vars[offset + d])
+        elif size == 1:
+            ix.append(Num(0))
+        else:
+            raise ValueError(f"cannot broadcast shape {list(ref.shape)} to {list(out_shape)}")
+    return ref.at(*ix)
+
+
+def operand(value, out_vars, out_shape):
+    """A broadcast read of a tensor operand, or a literal for a Python number."""
+    if isinstance(value, Ref):
+        return broadcast_read(value, out_vars, out_shape)
+    if isinstance(value, bool):
+        return X(int(value))
+    if isinstance(value, int | float):
+        return X(value)
+    raise TypeError(f"expected a tensor or a number, got {type(value).__name__}")
+
+
+class Emitter:
+    """Collects nests in program order and hands out fresh temporaries past the names in use."""
+
+    def __init__(self, used_names: Sequence[str]):
+        self.nests: list[Nest] = []
+        self._temps = TensorNames(used_names)
+
+    def temp(self, shape: Sequence[int], code: str) -> Ref:
+        return Ref(self._temps.fresh(), code, tuple(shape))
+
+    def nest(self, extents: Sequence[int], body: Callable[..., Stmt | Sequence[Stmt]]) -> None:
+        """One nest over `extents` (B first, then L); `body(*vars)` returns its statements."""
+        loops, variables = nest_loops(extents)
+        stmts = body(*variables)
+        if isinstance(stmts, Stmt):
+            stmts = (stmts,)
+        self.nests.append(Nest(loops, tuple(stmts)))
+
+    def program(self) -> Program:
+        return Program(tuple(self.nests))
+
+
+def nest_loops(extents: Sequence[int]) -> tuple[tuple[Loop, ...], list[X]]:
+    if not extents:
+        return (Loop("B", 1, "tx"),), []
+    names = index_names()
+    loops = [Loop("B", int(extents[0]), "tx")]
+    for n in extents[1:]:
+        loops.append(Loop("L", int(n), next(names)))
+    return tuple(loops), [X(Var(lp.var)) for lp in loops]
+
+
+def store(ref: Ref, indices: Sequence, rhs) -> Stmt:
+    lhs = ref.at(*indices).node
+    return Stmt(lhs, ex(rhs))
+
+
+def accumulate(ref: Ref, indices: Sequence, term, op: str = "+") -> Stmt:
+    """`X=X+e` / `X=X-e` / `X=X*e` / `X=max(X,e)` / `X=min(X,e)` (implicit initialisation, §4.4)."""
+    acc = ref.at(*indices)
+    if op in ("max", "min"):
+        from leir.frontend.expr import vmax, vmin
+
+        rhs = (vmax if op == "max" else vmin)(acc, term)
+    elif op == "+":
+        rhs = acc + term
+    elif op == "-":
+        rhs = acc - term
+    elif op == "*":
+        rhs = acc * term
+    else:
+        raise ValueError(f"unknown accumulation {op!r}")
+    return Stmt(acc.node, rhs.node)
+
+
+def copy_nest(em: Emitter, out: Ref, read: Callable[..., X]) -> None:
+    """`out[i...] = read(i...)` over the whole of `out` (views, reshapes, casts)."""
+    em.nest(out.shape, lambda *v: store(out, v, read(*v)))

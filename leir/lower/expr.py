@@ -1,0 +1,336 @@
+"""Typed translation of LEIR expressions into TIR expressions (LEIR.md §3 notes, §4.5).
+
+Typing rules (deterministic, and equal to PyTorch's wherever a program has one dtype):
+- an access has its tensor's dtype; a literal takes the *literal dtype*, which is the statement's
+  left-hand dtype (LEIR.md §4.5); a bare index is the loop counter converted to that dtype;
+- mixed operands are promoted: float beats int, the wider float wins (float16 with bfloat16 gives
+  float32), the wider int wins (signed and unsigned of one width give the next signed width), bool
+  loses to everything;
+- `/` is true division (integers divide in the literal dtype when it is a float, else float32);
+  `//` and `%` use floor semantics for integers and floats alike (PyTorch's `//` and `remainder`);
+- `**` with an integer exponent up to 8 (or its negative) is repeated multiplication, `**0.5` is
+  `sqrt` (what PyTorch does); any other exponent is `pow` in float;
+- `exp log sqrt erf` compute in the operand's float type; float16 and bfloat16 compute in float32
+  and round back (LLVM has no half-precision `erf`, and PyTorch does the same); integers use float32;
+- a comparison of two pure index expressions (integers and loop indices only) compares integers;
+  otherwise its literals and indices take the promoted dtype of the tensors it compares, so that
+  `A_{i}==j` with an int64 `A` compares int64 even in a float16 statement;
+- subscripts are int32 index arithmetic; an access inside a subscript (a gather) is cast to int32.
+"""
+from __future__ import annotations
+
+import math
+
+from tvm import tirx
+
+from leir.ast import Access, And, BinOp, Call, Compare, Neg, Num, Or, Select, Var
+from leir.dtypes import CODE_TO_TORCH
+from leir.lower.check import LoweringError
+
+INDEX_DTYPE = "int32"
+MAX_POWER_BY_MULTIPLICATION = 8
+_COMPARE = {"<": tirx.LT, "<=": tirx.LE, ">": tirx.GT, ">=": tirx.GE, "==": tirx.EQ, "!=": tirx.NE}
+_MATH = {"exp": tirx.exp, "log": tirx.log, "sqrt": tirx.sqrt, "erf": tirx.erf}
+
+
+def tvm_dtype(code: str) -> str:
+    """LEIR dtype code -> TVM dtype name (the PyTorch names are TVM's names)."""
+    return CODE_TO_TORCH[code]
+
+
+def dtype_of(expr) -> str:
+    return str(expr.ty.dtype)
+
+
+def is_float(dtype: str) -> bool:
+    return dtype.startswith("float") or dtype == "bfloat16"
+
+
+def _bits(dtype: str) -> int:
+    return 8 if dtype == "bool" else int(dtype.lstrip("abcdefghijklmnopqrstuvwxyz"))
+
+
+def promote(a: str, b: str) -> str:
+    if a == b:
+        return a
+    if "bool" in (a, b):
+        return b if a == "bool" else a
+    if is_float(a) != is_float(b):
+        return a if is_float(a) else b
+    if is_float(a):
+        if {a, b} == {"float16", "bfloat16"}:
+            return "float32"
+        return a if _bits(a) >= _bits(b) else b
+    if a.startswith("uint") == b.startswith("uint"):
+        return a if _bits(a) >= _bits(b) else b
+    unsigned, signed = (a, b) if a.startswith("uint") else (b, a)
+    if _bits(signed) > _bits(unsigned):
+        return signed
+    return f"int{min(64, 2 * _bits(unsigned))}"
+
+
+def cast(expr, dtype: str):
+    if dtype_of(expr) == dtype:
+        return expr
+    if dtype == "bool":  # PyTorch's conversion to bool: nonzero
+        return tirx.NE(expr, tirx.const(0, dtype_of(expr)))
+    return tirx.Cast(dtype, expr)
+
+
+def literal(value: int | float, dtype: str):
+    """A literal in `dtype`; one that dtype cannot hold (0.5 or inf in an int statement, 300 in
+    uint8) stays float64 or int64 and is converted where it is stored."""
+    if is_float(dtype):
+        return tirx.const(float(value), dtype)
+    if math.isinf(value) or value != int(value):
+        return tirx.const(float(value), "float64")
+    if dtype == "bool":
+        return tirx.const(bool(value), "bool") if value in (0, 1) else tirx.const(int(value), "int64")
+    lo, hi = _int_range(dtype)
+    return tirx.const(int(value), dtype if lo <= value <= hi else "int64")
+
+
+def _int_range(dtype: str) -> tuple[int, int]:
+    bits = _bits(dtype)
+    return (0, 2 ** bits - 1) if dtype.startswith("uint") else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+
+
+def identity_value(value: int | float, dtype: str):
+    """The initial value of a reduction (§4.4) in `dtype`: -inf/+inf become the extreme values of
+    an integer type and False/True for bool."""
+    if dtype == "bool":
+        return tirx.const(value > 0 if math.isinf(value) else bool(value), "bool")
+    if is_float(dtype) or not math.isinf(value):
+        return literal(value, dtype)
+    return tirx.min_value(dtype) if value < 0 else tirx.max_value(dtype)
+
+
+def _pure_index(e) -> bool:
+    """Integers and loop indices only (no tensor data, no float literal)."""
+    match e:
+        case Num(value=v):
+            return isinstance(v, int)
+        case Var():
+            return True
+        case Neg(operand=a):
+            return _pure_index(a)
+        case BinOp(op="+" | "-" | "*" | "//" | "%", lhs=a, rhs=b):
+            return _pure_index(a) and _pure_index(b)
+    return False
+
+
+def _data_dtype(e, buffers) -> str | None:
+    """Promoted dtype of the tensor values an expression reads (not counting gathers in subscripts)."""
+    out = None
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Access):
+            dt = dtype_of_buffer(buffers[node.tensor])
+            out = dt if out is None else promote(out, dt)
+            continue
+        stack.extend(_value_children(node))
+    return out
+
+
+def _value_children(node) -> tuple:
+    match node:
+        case BinOp(lhs=a, rhs=b):
+            return (a, b)
+        case Neg(operand=a):
+            return (a,)
+        case Call(args=args):
+            return args
+        case Select(then=t, otherwise=o):
+            return (t, o)
+    return ()
+
+
+def dtype_of_buffer(buf) -> str:
+    return str(buf.dtype)
+
+
+class ExprLowering:
+    """Translates the expressions of one statement; `env` maps loop indices to TIR variables."""
+
+    def __init__(self, buffers: dict, env: dict, lhs_dtype: str, where: str):
+        self.buffers, self.env, self.lhs_dtype, self.where = buffers, env, lhs_dtype, where
+
+    def fail(self, what: str):
+        raise LoweringError(f"{self.where}: {what}")
+
+    # --- subscripts --------------------------------------------------------------------------------
+
+    def index(self, e):
+        match e:
+            case Num(value=v) if isinstance(v, int):
+                return tirx.const(v, INDEX_DTYPE)
+            case Var(name=n):
+                return self.var(n)
+            case Access():
+                return cast(self.load(e), INDEX_DTYPE)  # a gather: the element is an index
+            case Neg(operand=a):
+                return tirx.const(0, INDEX_DTYPE) - self.index(a)
+            case BinOp(op="+", lhs=a, rhs=b):
+                return self.index(a) + self.index(b)
+            case BinOp(op="-", lhs=a, rhs=b):
+                return self.index(a) - self.index(b)
+            case BinOp(op="*", lhs=a, rhs=b):
+                return self.index(a) * self.index(b)
+            case BinOp(op="//", lhs=a, rhs=b):
+                return tirx.floordiv(self.index(a), self.index(b))
+            case BinOp(op="%", lhs=a, rhs=b):
+                return tirx.floormod(self.index(a), self.index(b))
+        self.fail(f"not an integer index expression: {e!r}")
+
+    def var(self, name: str):
+        if name not in self.env:
+            self.fail(f"index {name} is not bound by an enclosing loop")
+        return self.env[name]
+
+    def load(self, acc: Access):
+        buf = self.buffers[acc.tensor]
+        return tirx.BufferLoad(buf, [self.index(i) for i in acc.indices])
+
+    # --- values ------------------------------------------------------------------------------------
+
+    def value(self, e, lit: str | None = None):
+        lit = lit or self.lhs_dtype
+        match e:
+            case Num(value=v):
+                return literal(v, lit)
+            case Var(name=n):
+                return cast(self.var(n), lit)
+            case Access():
+                return self.load(e)
+            case Neg(operand=Num(value=v)):
+                return literal(-v, lit)
+            case Neg(operand=a):
+                x = self.value(a, lit)
+                x = cast(x, "int32") if dtype_of(x) == "bool" else x
+                return tirx.const(0, dtype_of(x)) - x
+            case BinOp(op=op, lhs=a, rhs=b):
+                return self.binop(op, a, b, lit)
+            case Call(fn=fn, args=args):
+                return self.call(fn, [self.value(a, lit) for a in args])
+            case Select(cond=c, then=t, otherwise=o):
+                a, b = self.value(t, lit), self.value(o, lit)
+                dt = promote(dtype_of(a), dtype_of(b))
+                return tirx.if_then_else(self.cond(c), cast(a, dt), cast(b, dt))
+        self.fail(f"not a value expression: {e!r}")
+
+    def binop(self, op: str, a, b, lit: str):
+        if op == "**":
+            return self.power(a, b, lit)
+        x, y = self.value(a, lit), self.value(b, lit)
+        dt = promote(dtype_of(x), dtype_of(y))
+        if op == "/" and not is_float(dt):
+            dt = lit if is_float(lit) else "float32"
+        if dt == "bool":
+            dt = "int32"  # arithmetic on booleans counts in integers
+        x, y = cast(x, dt), cast(y, dt)
+        if op == "+":
+            return x + y
+        if op == "-":
+            return x - y
+        if op == "*":
+            return x * y
+        if op == "/":
+            return tirx.Div(x, y)
+        if not is_float(dt):
+            return tirx.floordiv(x, y) if op == "//" else tirx.floormod(x, y)
+        return self.float_floor_op(op, x, y, dt)
+
+    def float_floor_op(self, op: str, x, y, dt: str):
+        """`//` is floor(x/y) and `%` is x - floor(x/y)*y (PyTorch's remainder) for floats."""
+        wide = "float32" if _bits(dt) < 32 else dt
+        xw, yw = cast(x, wide), cast(y, wide)
+        q = tirx.floor(tirx.Div(xw, yw))
+        return cast(q if op == "//" else xw - q * yw, dt)
+
+    def power(self, base, exponent, lit: str):
+        n = _integral(exponent)
+        if n is not None and abs(n) <= MAX_POWER_BY_MULTIPLICATION:
+            x = self.value(base, lit)
+            if dtype_of(x) == "bool":
+                x = cast(x, "int32")
+            if n == 0:
+                return tirx.const(1, dtype_of(x))
+            prod = x
+            for _ in range(abs(n) - 1):
+                prod = prod * x
+            if n > 0:
+                return prod
+            dt = dtype_of(x) if is_float(dtype_of(x)) else "float32"
+            return tirx.Div(tirx.const(1.0, dt), cast(prod, dt))
+        x, y = self.value(base, lit), self.value(exponent, lit)
+        if exponent == Num(0.5):
+            return self.call("sqrt", [x])
+        dt = promote(dtype_of(x), dtype_of(y))
+        work = _math_dtype(dt)
+        out = tirx.pow(cast(x, work), cast(y, work))
+        return cast(out, dt) if is_float(dt) else out
+
+    def call(self, fn: str, args: list):
+        if fn in _MATH:
+            x = args[0]
+            work = _math_dtype(dtype_of(x))
+            out = _MATH[fn](cast(x, work))
+            return cast(out, dtype_of(x)) if is_float(dtype_of(x)) else out
+        if fn == "abs":
+            x = args[0]
+            if dtype_of(x) == "bool" or dtype_of(x).startswith("uint"):
+                return x
+            return tirx.abs(x)
+        if fn in ("max", "min"):
+            dt = promote(dtype_of(args[0]), dtype_of(args[1]))
+            dt = "int32" if dt == "bool" else dt
+            x, y = cast(args[0], dt), cast(args[1], dt)
+            return tirx.max(x, y) if fn == "max" else tirx.min(x, y)
+        self.fail(f"unknown function {fn}")
+
+    # --- conditions --------------------------------------------------------------------------------
+
+    def cond(self, c):
+        match c:
+            case Compare(operands=xs, ops=ops):
+                parts = [self.compare(xs[i], op, xs[i + 1]) for i, op in enumerate(ops)]
+                return _fold(tirx.And, parts)
+            case And(terms=ts):
+                return _fold(tirx.And, [self.cond(t) for t in ts])
+            case Or(terms=ts):
+                return _fold(tirx.Or, [self.cond(t) for t in ts])
+        return cast(self.value(c), "bool")  # a bool access, or any value tested for nonzero
+
+    def compare(self, a, op: str, b):
+        if _pure_index(a) and _pure_index(b):
+            return _COMPARE[op](self.index(a), self.index(b))
+        kinds = [d for d in (_data_dtype(a, self.buffers), _data_dtype(b, self.buffers)) if d]
+        lit = kinds[0] if len(kinds) == 1 else promote(*kinds) if kinds else self.lhs_dtype
+        x, y = self.value(a, lit), self.value(b, lit)
+        dt = promote(dtype_of(x), dtype_of(y))
+        return _COMPARE[op](cast(x, dt), cast(y, dt))
+
+
+def _math_dtype(dtype: str) -> str:
+    if dtype in ("float64", "float32"):
+        return dtype
+    return "float32"
+
+
+def _integral(e) -> int | None:
+    """The integer value of a literal exponent (`2`, `2.0`, `-1`), else None."""
+    sign = 1
+    if isinstance(e, Neg):
+        sign, e = -1, e.operand
+    if isinstance(e, Num) and not math.isinf(e.value) and e.value == int(e.value):
+        return sign * int(e.value)
+    return None
+
+
+def _fold(op, parts):
+    out = parts[0]
+    for p in parts[1:]:
+        out = op(out, p)
+    return out
+

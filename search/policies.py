@@ -1,0 +1,241 @@
+"""Policies that propose actions to the search (search.drivers): `library`, `random` and `llm`.
+
+- `library`: every legal, non-trivial transformation of the registered strategies (capped per
+  strategy and per site), ordered by a cheap prior of what tends to pay off on the target:
+  parallelise outer spatial loops, vectorise inner loops, cache accumulators, fuse producers into
+  consumers, tile and split (reductions too), make the innermost loop a stride-1 one; pure
+  rewrites of the expression tree come last.
+- `random`: the same actions in an order drawn from `random.Random(f"{seed}:random:{state}")`.
+- `llm`: any OpenAI-compatible chat endpoint (`POST {base}/v1/chat/completions` with urllib),
+  prompted in the published format (`strategies.cot.prompt`) with the search context; the reply is
+  parsed with JSON only (never evaluated). An answer that does not parse, names no known strategy,
+  or is not valid LEIR for the signature is a rejected proposal (counted, never verified).
+
+No TVM here (DESIGN.md: `strategies` never imports TVM).
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from leir.analysis import statement_sites
+from leir.ast import Var
+from leir.errors import LeirError
+from leir.parse import parse_program
+from leir.validate import validate
+from search.drivers import Action, Node, Policy
+from strategies.base import Context, Site, Transformation
+from strategies.cot import TASK_MULTI, TASK_SINGLE, prompt, split_answer
+from strategies.registry import LEVEL_OF, get, registered
+
+POLICIES = ("library", "random", "llm")
+
+# Prior per strategy (higher first); refined per site by `prior`.
+_BASE = {
+    "loop_parallelization": 9.0, "loop_vectorization": 8.0, "cache_read_write": 5.0, "operator_fusion": 6.5,
+    "loop_fusion": 6.5, "compute_inline": 6.5, "online_softmax": 6.0, "flashattention_wo_tiling": 6.0,
+    "loop_tiling": 5.5, "reduction_factorization": 5.0, "loop_split": 4.5, "loop_reorder": 3.0,
+    "loop_unrolling": 3.5, "precompute_indices": 3.0, "common_subexpression_elimination": 3.0,
+    "dead_code_elimination": 3.0, "layout_transformation": 2.5, "set_storage_layout": 2.0,
+    "set_storage_scope": 1.5, "loop_binding": 0.5, "expression_reorder": 0.0,
+}
+_MATH_DEFAULT = 1.0
+
+
+def prior(t: Transformation) -> float:
+    """A cheap score of how promising a transformation is on the CPU (higher first)."""
+    score = _BASE.get(t.strategy, _MATH_DEFAULT)
+    extra = dict(t.site.extra)
+    depth = int(extra.get("loop_index", 0)) + len(t.site.path)
+    if t.strategy == "loop_parallelization":
+        score -= 1.5 * depth                     # outer spatial loops first
+    elif t.strategy == "cache_read_write" and "write" in t.params:
+        score += 2.0                             # an accumulator kept in a register
+    elif t.strategy in ("loop_split", "loop_tiling") and t.params:
+        factor = t.params.get("factor") or max(t.params.get("factors", [1]))
+        score += 0.5 if factor in (4, 8, 16) else 0.0   # vector-width friendly
+    elif t.strategy == "loop_reorder" and _stride_one_innermost(t):
+        score += 5.0                             # the innermost loop now walks memory contiguously
+    return score
+
+
+def _stride_one_innermost(t: Transformation) -> bool:
+    for site in statement_sites(t.after):
+        if site.nest_index == t.site.nest and site.loops:
+            last = site.stmt.lhs.indices[-1] if site.stmt.lhs.indices else None
+            if last == Var(site.loops[-1].var):
+                return True
+    return False
+
+
+def library_actions(ctx: Context, per_strategy: int = 12, per_site: int = 3) -> list[Action]:
+    """Every legal action (capped), in prior order; ties keep the registry and site order."""
+    out = []
+    for strategy in registered():
+        if ctx.target == "llvm" and strategy.name == "loop_binding":
+            continue  # thread binding is a plain loop on the CPU
+        for t in strategy.transformations(ctx, limit=per_strategy, per_site=per_site):
+            out.append(Action(t.strategy, dict(t.params), t.after, t.site.to_json(), prior(t), "library", t))
+    order = sorted(range(len(out)), key=lambda i: (-out[i].prior, i))
+    return [out[i] for i in order]
+
+
+@dataclass
+class LibraryPolicy(Policy):
+    per_strategy: int = 12
+    per_site: int = 3
+    name: str = "library"
+
+    def actions(self, ctx: Context, node: Node, want: int) -> Iterator[Action]:
+        yield from library_actions(ctx, self.per_strategy, self.per_site)
+
+
+@dataclass
+class RandomPolicy(Policy):
+    seed: int = 0
+    per_strategy: int = 12
+    per_site: int = 3
+    name: str = "random"
+
+    def actions(self, ctx: Context, node: Node, want: int) -> Iterator[Action]:
+        acts = library_actions(ctx, self.per_strategy, self.per_site)
+        acts.sort(key=lambda a: (a.strategy, json.dumps(a.site, sort_keys=True), json.dumps(a.params, sort_keys=True)))
+        random.Random(f"{self.seed}:random:{node.alpha}").shuffle(acts)
+        yield from acts
+
+
+# --- llm -------------------------------------------------------------------------------------------
+
+# (transformed_IR, applied_strategy) pairs of a reply; raises ValueError when it does not parse.
+AnswerParser = Callable[[str], list[tuple[str, str]]]
+
+
+def parse_answers(text: str) -> list[tuple[str, str]]:
+    """The published format, single or multi answer, read with `json.loads` only."""
+    _, body = split_answer(text.strip())
+    items = body if isinstance(body, list) else [body]
+    out = []
+    for item in items:
+        if not isinstance(item, dict) or not isinstance(item.get("transformed_IR"), str) \
+                or not isinstance(item.get("applied_strategy"), str):
+            raise ValueError("an answer item lacks transformed_IR or applied_strategy strings")
+        out.append((item["transformed_IR"], item["applied_strategy"]))
+    return out
+
+
+@dataclass(frozen=True)
+class LlmConfig:
+    base_url: str
+    model: str
+    api_key: str = ""
+    temperature: float = 0.0
+    max_tokens: int = 4096
+    timeout_s: float = 120.0
+
+    @classmethod
+    def from_env(cls, base_url: str | None = None, model: str | None = None, api_key: str | None = None
+                 ) -> LlmConfig:
+        """Explicit values first, then STEPTP_LLM_BASE_URL, STEPTP_LLM_MODEL, STEPTP_LLM_API_KEY."""
+        base = base_url or os.environ.get("STEPTP_LLM_BASE_URL", "")
+        name = model or os.environ.get("STEPTP_LLM_MODEL", "")
+        if not base or not name:
+            raise ValueError("the llm policy needs a base URL and a model (STEPTP_LLM_BASE_URL, STEPTP_LLM_MODEL)")
+        return cls(base, name, api_key if api_key is not None else os.environ.get("STEPTP_LLM_API_KEY", ""))
+
+
+def chat(config: LlmConfig, messages: list[dict], seed: int | None = None) -> str:
+    """One chat completion's text (POST /v1/chat/completions)."""
+    base = config.base_url.rstrip("/")
+    url = base + ("/chat/completions" if base.endswith("/v1") else "/v1/chat/completions")
+    body = {"model": config.model, "messages": messages, "temperature": config.temperature,
+            "max_tokens": config.max_tokens}
+    if seed is not None:
+        body["seed"] = seed
+    headers = {"Content-Type": "application/json"}
+    if config.api_key:
+        headers["Authorization"] = f"Bearer {config.api_key}"
+    request = urllib.request.Request(url, json.dumps(body).encode(), headers, method="POST")
+    with urllib.request.urlopen(request, timeout=config.timeout_s) as response:
+        reply = json.loads(response.read().decode("utf-8"))
+    return reply["choices"][0]["message"]["content"]
+
+
+def search_context(node: Node) -> str:
+    path = [n for n in node.path()[1:] if n.action is not None]
+    if not path:
+        return "This is the original program (search depth 0)."
+    steps = ", ".join(n.action.strategy for n in path)
+    speed = f"{node.speedup:.2f}x" if node.speedup is not None else "unmeasured"
+    return (f"This program was reached from the original by {len(path)} verified step(s) ({steps}); "
+            f"it runs {speed} faster than the original (search depth {node.depth}).")
+
+
+@dataclass
+class LlmPolicy(Policy):
+    """Asks the endpoint for `proposals` options per state (one request per state)."""
+
+    config: LlmConfig
+    proposals: int = 3
+    seed: int = 0
+    parse: AnswerParser = parse_answers
+    name: str = "llm"
+    rejections: list[dict] = field(default_factory=list)  # why each rejected proposal was rejected
+    errors: list[str] = field(default_factory=list)       # failed requests
+
+    def messages(self, ctx: Context, node: Node) -> list[dict]:
+        ask = TASK_MULTI.format(k=self.proposals) if self.proposals > 1 else TASK_SINGLE
+        task = search_context(node) + "\n" + ask
+        return [{"role": "user", "content": prompt(ctx.program, ctx.signature, ctx.target, task=task)}]
+
+    def actions(self, ctx: Context, node: Node, want: int) -> Iterator[Action]:
+        try:
+            text = chat(self.config, self.messages(ctx, node), seed=self.seed)
+        except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError) as e:
+            self.errors.append(f"{type(e).__name__}: {e}")
+            return
+        try:
+            answers = self.parse(text)
+        except Exception as e:  # whatever the parser raises, the reply is rejected
+            self.rejections.append({"state": node.id, "reason": f"unparsable answer: {e}"})
+            return
+        for ir, strategy in answers:
+            action, reason = self.to_action(ctx, ir, strategy)
+            if action is None:
+                self.rejections.append({"state": node.id, "strategy": strategy, "reason": reason})
+            else:
+                yield action
+
+    def to_action(self, ctx: Context, ir: str, strategy: str) -> tuple[Action | None, str]:
+        if strategy not in LEVEL_OF:
+            return None, f"unknown strategy {strategy!r}"
+        try:
+            program = parse_program(ir)
+        except LeirError as e:
+            return None, f"not LEIR: {e}"
+        except RecursionError:
+            return None, "not LEIR: nested too deeply"
+        problems = validate(program, ctx.signature)
+        if problems:
+            return None, f"invalid LEIR: {problems[0]}"
+        s = get(strategy)
+        t = Transformation(strategy, s.level, s.exactness, Site(0), {}, ctx.program, program)
+        return Action(strategy, {}, program, {}, 0.0, "llm", t), ""
+
+
+def make_policy(name: str, seed: int = 0, **options) -> Policy:
+    """`library` / `random` (options: per_strategy, per_site) or `llm` (options: config or
+    base_url/model/api_key, proposals, parse)."""
+    if name == "library":
+        return LibraryPolicy(**options)
+    if name == "random":
+        return RandomPolicy(seed=seed, **options)
+    if name == "llm":
+        config = options.pop("config", None) or LlmConfig.from_env(
+            options.pop("base_url", None), options.pop("model", None), options.pop("api_key", None))
+        return LlmPolicy(config, seed=seed, **options)
+    raise ValueError(f"unknown policy {name!r}; policies: {', '.join(POLICIES)}")

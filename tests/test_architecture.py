@@ -1,0 +1,164 @@
+"""The layout rules of shared/DESIGN.md, checked on the source with `ast` (issue 16).
+
+- a folder is one sub-system: no folder holds three or more modules whose names share a prefix word
+  (`frontend_`, `lower_`, `cli_`, ...): those want a package;
+- no import circle between project modules (imports inside functions count: they are dependencies);
+- dependencies point one way: cli -> flows, evaluation, search -> strategies, gpu_tasks, workloads ->
+  leir; only `gpu_tasks` and `leir.lower` import TVM; only `flows`, `cli` and `expectations` import
+  the orchestration and table libraries;
+- `flows` stays the pipeline and the lake: at most 20 modules.
+"""
+from __future__ import annotations
+
+import ast
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("leir", "workloads", "strategies", "gpu_tasks", "search", "evaluation", "flows", "cli", "expectations")
+# package -> project packages it must never import
+FORBIDDEN = {
+    "leir": {"workloads", "strategies", "gpu_tasks", "search", "evaluation", "flows", "cli", "expectations"},
+    "workloads": {"strategies", "gpu_tasks", "search", "evaluation", "flows", "cli", "expectations"},
+    "strategies": {"gpu_tasks", "search", "evaluation", "flows", "cli", "workloads"},
+    "gpu_tasks": {"strategies", "search", "evaluation", "flows", "cli", "workloads"},
+    "search": {"flows", "cli"},
+    "evaluation": {"search", "flows", "cli"},
+    "flows": {"cli"},
+    "expectations": {"flows", "cli", "search", "evaluation"},
+}
+ORCHESTRATION = ("prefect", "prefect_dask", "dvc", "duckdb", "polars", "great_expectations")
+
+
+def module_files() -> dict[str, Path]:
+    mods = {}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            mods[name] = path
+    return mods
+
+
+MODULES = module_files()
+
+
+def imports_of(name: str, path: Path) -> tuple[set[str], set[str]]:
+    """(project modules, top-level third-party names) that the module imports anywhere in its body."""
+    project, external = set(), set()
+
+    def add(target: str) -> None:
+        if target.split(".")[0] in PACKAGES:
+            # the deepest project module the dotted name denotes
+            while target not in MODULES and "." in target:
+                target = target.rsplit(".", 1)[0]
+            if target in MODULES and target != name:
+                project.add(target)
+        else:
+            external.add(target.split(".")[0])
+
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                add(alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path}: relative import; the project uses absolute imports"
+            for alias in node.names:  # `from pkg import module` imports the module
+                add(f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in MODULES else node.module)
+    return project, external
+
+
+GRAPH = {name: imports_of(name, path) for name, path in MODULES.items()}
+
+
+def test_the_packages_exist_and_hold_their_modules():
+    for pkg in PACKAGES + ("leir.frontend", "leir.frontend.ops", "leir.lower"):
+        assert pkg in MODULES, f"{pkg} is not a package"
+    assert "search.drivers" in MODULES and "search.runner" in MODULES
+    assert not any(n.startswith("flows.cli") or n.startswith("flows.eval") for n in MODULES)
+
+
+def test_no_folder_has_three_modules_sharing_a_prefix_word():
+    by_prefix: Counter = Counter()
+    for name, path in MODULES.items():
+        stem = path.stem
+        if stem != "__init__" and "_" in stem.strip("_"):
+            by_prefix[(path.parent.relative_to(ROOT).as_posix(), stem.strip("_").split("_")[0])] += 1
+    crowded = {f"{folder}/{prefix}_*": n for (folder, prefix), n in by_prefix.items() if n >= 3}
+    assert not crowded, f"modules sharing a prefix want a package: {crowded}"
+
+
+def test_no_import_circles():
+    # Tarjan's strongly connected components over the project's import graph
+    index, low, stack, on_stack, circles = {}, {}, [], set(), []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(GRAPH[v][0]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for v in sorted(GRAPH):
+        if v not in index:
+            visit(v)
+    assert not circles, f"modules that import each other: {circles}"
+
+
+@pytest.mark.parametrize("pkg", sorted(FORBIDDEN))
+def test_dependencies_point_one_way(pkg):
+    wrong = sorted((name, target) for name, (project, _) in GRAPH.items() if name.split(".")[0] == pkg
+                   for target in project if target.split(".")[0] in FORBIDDEN[pkg])
+    assert not wrong, f"{pkg} imports what it must not: {wrong}"
+
+
+def test_nothing_imports_the_command_line():
+    users = sorted(name for name, (project, _) in GRAPH.items()
+                   if not name.startswith("cli") and any(t.startswith("cli") for t in project))
+    assert not users, users
+
+
+def test_only_gpu_tasks_and_the_lowering_import_tvm():
+    users = sorted(name for name, (_, external) in GRAPH.items() if "tvm" in external
+                   and not (name.startswith("gpu_tasks") or name.startswith("leir.lower")))
+    assert not users, f"TVM imported outside gpu_tasks and leir.lower: {users}"
+
+
+def test_only_the_pipeline_side_imports_orchestration_and_table_libraries():
+    users = defaultdict(list)
+    for name, (_, external) in GRAPH.items():
+        if name.split(".")[0] not in ("flows", "cli", "expectations"):
+            for lib in ORCHESTRATION:
+                if lib in external:
+                    users[lib].append(name)
+    assert not users, dict(users)
+
+
+def test_flows_is_the_pipeline_and_the_lake_only():
+    flows = [n for n in MODULES if n == "flows" or n.startswith("flows.")]
+    assert len(flows) <= 20, f"flows has {len(flows)} modules: {flows}"
+
+
+def test_tests_mirror_the_packages():
+    tests = {p.parent.relative_to(ROOT / "tests").as_posix() for p in (ROOT / "tests").rglob("test_*.py")}
+    for pkg in ("leir", "leir/frontend", "leir/lower", "strategies", "gpu_tasks", "search", "evaluation", "flows",
+                "cli", "workloads"):
+        assert pkg in tests, f"tests/{pkg}/ has no tests"
