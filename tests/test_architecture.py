@@ -82,7 +82,7 @@ def test_the_packages_exist_and_hold_their_modules():
 
 def test_no_folder_has_three_modules_sharing_a_prefix_word():
     by_prefix: Counter = Counter()
-    for name, path in MODULES.items():
+    for path in MODULES.values():
         stem = path.stem
         if stem != "__init__" and "_" in stem.strip("_"):
             by_prefix[(path.parent.relative_to(ROOT).as_posix(), stem.strip("_").split("_")[0])] += 1
