@@ -109,7 +109,8 @@ def sample_workload(
     name: Annotated[str, typer.Argument(help="workload name (see `steptp workloads list`)")],
     seed: Annotated[int, typer.Option(help="sampling seed")] = 0,
     count: Annotated[int, typer.Option(help="number of instances")] = 1,
-    profile: Annotated[str, typer.Option(help="default or full")] = "default",
+    profile: Annotated[str, typer.Option(help="shape profile: tiny, default or release "
+                                               "(workloads/shapes.py)")] = "default",
     leir: Annotated[bool, typer.Option("--leir", help="also translate each instance to LEIR")] = False,
 ):
     """Deterministic instances of one workload (same seed and count, same shapes), as JSON lines."""

@@ -12,9 +12,9 @@ import torch.nn.functional as F
 
 from workloads.spec import Input, Param, Workload, op_module
 
-B = Param("B", 1, 2, 2, 16)
-L = Param("L", 3, 8, 64, 512)
-D = Param("D", 2, 8, 32, 128)
+B = Param("B", 1, 2, role="batch")
+L = Param("L", 3, 8, role="sequence")
+D = Param("D", 2, 8, role="head_dim")  # the model dimension is HEADS * D
 HEADS = 4
 KV_HEADS = {"mha": HEADS, "mqa": 1, "gqa": 2}
 

@@ -11,14 +11,14 @@ from workloads.attention import attention_workloads
 from workloads.single import _cls
 from workloads.spec import Input, Param, Workload, op_module
 
-B = Param("B", 1, 4, 8, 64)
-M = Param("M", 2, 8, 64, 512)
-K = Param("K", 2, 16, 64, 512)
-N = Param("N", 2, 16, 64, 1024)
-C = Param("C", 1, 4, 16, 64)
-C2 = Param("C2", 2, 4, 16, 128)
-H = Param("H", 5, 8, 16, 64)
-W = Param("W", 5, 8, 16, 64)
+B = Param("B", 1, 4, role="batch")
+M = Param("M", 2, 8, role="tokens")
+K = Param("K", 2, 16, role="features")
+N = Param("N", 2, 16, role="features")
+C = Param("C", 1, 4, role="channels")
+C2 = Param("C2", 2, 4, role="channels")
+H = Param("H", 5, 8, role="spatial")
+W = Param("W", 5, 8, role="spatial", same_as="H")
 G = Param("G", choices=(1, 2))
 
 ACTS = {

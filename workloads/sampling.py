@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from workloads.spec import PROFILES, Workload
+from workloads.shapes import ODD_SHARE, PROFILES, fit_to_budget
+from workloads.spec import Workload
 
 MAX_TRIES = 200
 
@@ -25,6 +26,7 @@ class Instance:
     profile: str
     params: dict
     dtype: str
+    shape_source: str = "model-dims"  # or "odd-extents", "tiny-ranges" (workloads.shapes)
 
     @property
     def key(self) -> str:
@@ -32,7 +34,7 @@ class Instance:
 
     def to_json(self) -> dict:
         return {"workload": self.workload, "seed": self.seed, "k": self.k, "profile": self.profile,
-                "params": dict(self.params), "dtype": self.dtype}
+                "params": dict(self.params), "dtype": self.dtype, "shape_source": self.shape_source}
 
 
 def stable_key(name: str, seed: int, k: int, profile: str) -> str:
@@ -44,13 +46,22 @@ def key_int(key: str) -> int:
 
 
 def sample_instance(workload: Workload, seed: int, k: int, profile: str = "default") -> Instance:
+    """The k-th instance: `tiny` draws each parameter from its small range; the model profiles draw
+    from the parameters' roles (odd extents for a seeded minority) and fit the work budget."""
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; expected one of {', '.join(PROFILES)}")
     rng = random.Random(stable_key(workload.name, seed, k, profile))
-    for _ in range(MAX_TRIES):
-        params = {p.name: rng.choice(p.values(profile)) for p in workload.params}
+    odd = profile != "tiny" and rng.random() < ODD_SHARE
+    source = "tiny-ranges" if profile == "tiny" else ("odd-extents" if odd else "model-dims")
+    for attempt in range(MAX_TRIES):
+        if odd and attempt == MAX_TRIES // 2:  # the operator needs even extents (groups, heads)
+            odd, source = False, "model-dims"
+        params = {p.name: rng.choice(p.values(profile, odd)) for p in workload.params}
+        if profile != "tiny":
+            params.update({p.name: params[p.same_as] for p in workload.params if p.same_as is not None})
         if workload.constraint(params):
-            return Instance(workload.name, seed, k, profile, params, rng.choice(workload.dtypes))
+            params = fit_to_budget(workload, params, profile, odd)
+            return Instance(workload.name, seed, k, profile, params, rng.choice(workload.dtypes), source)
     raise ValueError(f"workload {workload.name}: no parameters satisfy its constraint after {MAX_TRIES} draws")
 
 

@@ -7,17 +7,18 @@ import torch.nn.functional as F
 
 from workloads.spec import Input, Param, Workload, op_module
 
-# Shape parameters shared by the tables.
-B = Param("B", 1, 4, 8, 64)
-M = Param("M", 2, 8, 64, 512)
-N = Param("N", 2, 16, 64, 1024)
-K = Param("K", 2, 16, 64, 512)
-C = Param("C", 1, 4, 16, 128)
-C2 = Param("C2", 1, 4, 16, 128)
-H = Param("H", 4, 8, 16, 64)
-W = Param("W", 4, 8, 16, 64)
-L = Param("L", 4, 12, 32, 512)
-D = Param("D", 2, 6, 8, 32)
+# Shape parameters shared by the tables: the tiny range (tests), then the role in the shape model.
+B = Param("B", 1, 4, role="batch")
+M = Param("M", 2, 8, role="tokens")
+N = Param("N", 2, 16, role="features")
+K = Param("K", 2, 16, role="features")
+C = Param("C", 1, 4, role="channels")
+C2 = Param("C2", 1, 4, role="channels")
+H = Param("H", 4, 8, role="spatial")
+W = Param("W", 4, 8, role="spatial", same_as="H")
+L = Param("L", 4, 12, role="sequence")
+D = Param("D", 2, 6, role="volume")        # the side of a 3-D volume
+HD = Param("D", 2, 6, role="head_dim")     # an attention head's dimension
 
 
 def _x2(p):
@@ -186,8 +187,8 @@ LAYERS = [
     _layer("adaptive_avg_pool1d_global", "pool", (B, C, L), lambda p: (p["B"], p["C"], p["L"]),
            lambda p: nn.AdaptiveAvgPool1d(1)),
     _layer("adaptive_max_pool2d", "pool", (B, C, H, W), _img, lambda p: nn.AdaptiveMaxPool2d(3)),
-    _layer("batch_norm1d", "norm", (B, C), lambda p: (p["B"] + 1, p["C"] + 1),
-           lambda p: nn.BatchNorm1d(p["C"] + 1)),
+    _layer("batch_norm1d", "norm", (B, C), lambda p: (p["B"] + 1, p["C"]),
+           lambda p: nn.BatchNorm1d(p["C"])),
     _layer("batch_norm2d", "norm", (B, C, H, W), _img, lambda p: nn.BatchNorm2d(p["C"])),
     _layer("layer_norm", "norm", (B, M, N), lambda p: (p["B"], p["M"], p["N"]), lambda p: nn.LayerNorm(p["N"])),
     _layer("layer_norm_2d", "norm", (B, M, N), lambda p: (p["B"], p["M"], p["N"]),
@@ -266,9 +267,9 @@ SHAPE_AND_MISC = [
     _fn("embedding_lookup", "indexing", (M, N), [Input(lambda p: (p["M"],), "index", lambda p: 7),
                                                  Input(lambda p: (7, p["N"]))],
         lambda i, w: F.embedding(i, w)),
-    _fn("sdpa", "attention", (B, L, D), [Input(lambda p: (p["B"], 2, p["L"], p["D"]))] * 3,
+    _fn("sdpa", "attention", (B, L, HD), [Input(lambda p: (p["B"], 2, p["L"], p["D"]))] * 3,
         F.scaled_dot_product_attention),
-    _fn("sdpa_causal", "attention", (B, L, D), [Input(lambda p: (p["B"], 2, p["L"], p["D"]))] * 3,
+    _fn("sdpa_causal", "attention", (B, L, HD), [Input(lambda p: (p["B"], 2, p["L"], p["D"]))] * 3,
         lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)),
     _fn("normalize", "norm", (M, N), [Input(_vec)], lambda x: F.normalize(x, dim=1)),
     _masked_cumsum(),

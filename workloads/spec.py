@@ -1,8 +1,6 @@
-"""What a catalogue workload is: shape parameters with ranges and constraints, inputs, dtypes, a
-family for the train/test split, and a factory of the PyTorch module.
-
-Two profiles: `default` ranges keep every instance small enough to translate and verify on a CPU in
-well under a second; `full` ranges give the larger shapes of a full build.
+"""What a catalogue workload is: shape parameters (each with a role of the shape model,
+`workloads.shapes`), inputs, dtypes, a family for the train/test split, and a factory of the PyTorch
+module.
 """
 from __future__ import annotations
 
@@ -12,34 +10,44 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-PROFILES = ("default", "full")
+from workloads.shapes import PROFILES, role_values
+
 DEFAULT_DTYPES = ("float32", "float16", "float64")
 
 
 @dataclass(frozen=True)
 class Param:
-    """An integer shape parameter: values `low..high` (multiples of `multiple_of`) per profile, or an
-    explicit tuple of `choices` (then the same in both profiles)."""
+    """An integer shape parameter. In the `tiny` profile it takes `low..high` (tests); in the model
+    profiles it draws from its `role`'s values (`workloads.shapes.ROLE_VALUES`, or the odd extents of
+    that role). `choices` fixes the values in every profile (kernel sizes, groups); `same_as` ties the
+    parameter to another one in the model profiles (square images)."""
 
     name: str
     low: int = 1
     high: int = 1
-    full_low: int | None = None
-    full_high: int | None = None
+    role: str | None = None
     multiple_of: int = 1
     choices: tuple[int, ...] = ()
+    same_as: str | None = None
 
-    def values(self, profile: str) -> list[int]:
+    def __post_init__(self):
+        if not self.choices and self.role is None:
+            raise ValueError(f"parameter {self.name}: give a role or choices")
+        if self.role is not None:
+            role_values(self.role)  # an unknown role fails here, when the catalogue is built
+
+    def values(self, profile: str, odd: bool = False) -> list[int]:
+        if profile not in PROFILES:
+            raise ValueError(f"unknown profile {profile!r}; expected one of {', '.join(PROFILES)}")
         if self.choices:
             return list(self.choices)
-        lo, hi = (self.low, self.high) if profile == "default" else (
-            self.full_low if self.full_low is not None else self.low,
-            self.full_high if self.full_high is not None else self.high)
-        return [v for v in range(lo, hi + 1) if v % self.multiple_of == 0]
+        found = range(self.low, self.high + 1) if profile == "tiny" else role_values(self.role, odd)
+        return [v for v in found if v % self.multiple_of == 0]
 
     def to_json(self) -> dict:
-        return {"name": self.name, "default": _span(self.values("default")), "full": _span(self.values("full")),
-                "multiple_of": self.multiple_of}
+        return {"name": self.name, "role": self.role, "tiny": _span(self.values("tiny")),
+                "model": list(self.values("default")), "odd": list(self.values("default", odd=True)),
+                "multiple_of": self.multiple_of, "same_as": self.same_as}
 
 
 def _span(values: list[int]) -> list[int]:

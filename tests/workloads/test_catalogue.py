@@ -25,7 +25,7 @@ def test_every_workload_declares_params_dtypes_and_family():
     for w in all_workloads():
         assert w.kind in ("single", "composite") and w.family
         assert {"float32", "float16", "float64"} <= set(w.dtypes)
-        assert all(p.values("default") and p.values("full") for p in w.params), w.name
+        assert all(p.values("tiny") and p.values("default") and p.values("release") for p in w.params), w.name
         json.dumps(w.to_json())
 
 
@@ -41,12 +41,12 @@ def test_sampling_is_deterministic_and_seed_dependent():
     assert torch.equal(state, torch.random.get_rng_state())  # the caller's RNG is untouched
 
 
-def test_constraints_hold_and_full_profile_is_larger():
+def test_constraints_hold_and_model_profile_is_larger_than_tiny():
     w = get_workload("linear_group_norm")
-    for inst in sample_instances(w, 0, 10):
+    for inst in sample_instances(w, 0, 10) + sample_instances(w, 0, 10, "tiny"):
         assert w.constraint(inst.params)
-    small = sample_instance(get_workload("matmul"), 0, 0, "default").params
-    big = sample_instance(get_workload("matmul"), 0, 0, "full").params
+    small = sample_instance(get_workload("matmul"), 0, 0, "tiny").params
+    big = sample_instance(get_workload("matmul"), 0, 0, "default").params
     assert big["M"] * big["N"] > small["M"] * small["N"]
 
 
