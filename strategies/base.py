@@ -141,6 +141,13 @@ class Strategy:
     level: ClassVar[str]
     exactness: ClassVar[str]
     description: ClassVar[str]
+    # Only meaningful for a GPU target (thread binding): enumerated with a CUDA context even when the
+    # data is built for the CPU; the CPU verifier runs B loops serially, so the check is the same.
+    needs_gpu: ClassVar[bool] = False
+
+    def context_for(self, ctx: Context) -> Context:
+        """The context this strategy is enumerated in: `ctx`, or its CUDA twin for a GPU-only one."""
+        return Context(ctx.program, ctx.signature, "cuda") if self.needs_gpu and not ctx.gpu else ctx
 
     def sites(self, ctx: Context) -> Iterable[Site]:
         """Candidate sites, in a deterministic order (program order, outer loops first)."""

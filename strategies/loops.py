@@ -463,6 +463,7 @@ class LoopBinding(Strategy):
     level = "operator"
     exactness = "exact"
     description = "Bind a loop with independent iterations to a CUDA thread or block index (B)."
+    needs_gpu = True
 
     def sites(self, ctx):
         if not ctx.gpu:

@@ -25,7 +25,6 @@ from strategies.base import Context, Strategy, Transformation
 from strategies.registry import get, registered
 
 ACCEPTED = {"exact": ("exact",), "reassociating": ("exact", "close")}
-GPU_ONLY = ("loop_binding",)  # enumerated for a CUDA target (B loops run serially on the CPU verifier)
 MAX_FAILURES = 3              # failing applications quoted per strategy
 
 Verify = Callable[[list[tuple[Transformation, Signature]]], Sequence]
@@ -96,10 +95,7 @@ class Survey:
 def program_states(program: SurveyProgram, strategy: Strategy, inline: list[Context]) -> list[Context]:
     """The states a strategy is tried on: the original (for a GPU target when it needs one), and
     for a mathematical strategy the results of one compute_inline step."""
-    root = program.context
-    if strategy.name in GPU_ONLY:
-        root = Context(root.program, root.signature, "cuda")
-    return [root] + (inline if strategy.level == "mathematical" else [])
+    return [strategy.context_for(program.context)] + (inline if strategy.level == "mathematical" else [])
 
 
 def sample(items: list, cap: int | None, key: str) -> list:
