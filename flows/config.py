@@ -30,7 +30,9 @@ class Params:
 
     @property
     def filter(self) -> dict:
-        return self.raw["filter"]
+        """params.yaml's `filter` section with the profile's own `filter` entries on top (a release-scale
+        profile raises the caps)."""
+        return _merge(copy.deepcopy(self.raw["filter"]), copy.deepcopy(self.profile.get("filter") or {}))
 
     @property
     def release(self) -> dict:

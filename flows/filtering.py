@@ -73,8 +73,11 @@ def select_steps(programs: pa.Table, steps: pa.Table, verifications: pa.Table,
     run("""CREATE TEMP TABLE ok AS SELECT * FROM v
         WHERE status = 'exact' OR (status = 'close' AND exactness = 'reassociating')""")
     counters.append(Counter("verified (exact; close only for reassociating strategies)", count("v"), count("ok")))
-    run("""CREATE TEMP TABLE uniq AS SELECT * FROM ok
-        QUALIFY row_number() OVER (PARTITION BY before_leir, after_program_id ORDER BY rnk) = 1""")
+    # Where several steps give the same result, keep the one of the rarest strategy (then the seeded
+    # rank): an identity two strategies share stays labelled, and rare strategies are not lost.
+    run("""CREATE TEMP TABLE uniq AS SELECT * EXCLUDE (n_strategy) FROM (
+            SELECT *, count(*) OVER (PARTITION BY strategy) AS n_strategy FROM ok)
+        QUALIFY row_number() OVER (PARTITION BY before_leir, after_program_id ORDER BY n_strategy, rnk) = 1""")
     counters.append(Counter("unique result per program state (alpha-equivalence)", count("ok"), count("uniq")))
     caps = _caps(f)
     con.register("caps", pa.table({"strategy": list(caps), "cap": list(caps.values())}))
@@ -103,6 +106,7 @@ def assemble_samples(kept: pa.Table, programs: pa.Table, params, count_tokens=No
     from leir.parse import parse_program
     from leir.signature import Signature
     from strategies.cot import TASK_MULTI, combine_answers, prompt
+    from strategies.registry import get
 
     f, seed, target = params.filter, params.seed, params.verify["target"]
     count_tokens = count_tokens or (lambda text: None)
@@ -111,11 +115,15 @@ def assemble_samples(kept: pa.Table, programs: pa.Table, params, count_tokens=No
     split_of = split_families([r["family"] for r in programs.to_pylist()], seed, float(f["test_fraction"]))
     prompts: dict[tuple[str, str], str] = {}
 
+    def target_of(row) -> str:  # a GPU-only strategy's step is asked for a GPU (its CoT says so)
+        return "cuda" if get(row["strategy"]).needs_gpu else target
+
     def prompt_for(row, task=None):
-        key = (row["before_leir"], task or "")
+        key = (row["before_leir"], task or "", target_of(row))
         if key not in prompts:
             program, sig = parse_program(row["before_leir"]), Signature.from_json(sigs[row["program_id"]])
-            prompts[key] = prompt(program, sig, target) if task is None else prompt(program, sig, target, task)
+            args = (program, sig, target_of(row)) + ((task,) if task is not None else ())
+            prompts[key] = prompt(*args)
         return prompts[key]
 
     samples = []
@@ -130,7 +138,7 @@ def assemble_samples(kept: pa.Table, programs: pa.Table, params, count_tokens=No
             continue
         chosen, seen = [], set()
         for r in by_state[state]:
-            if r["strategy"] not in seen:
+            if r["strategy"] not in seen and target_of(r) == target:  # one target per prompt
                 chosen.append(r)
                 seen.add(r["strategy"])
             if len(chosen) == k:

@@ -21,38 +21,70 @@ from flows.tasks import key_from_arg, run_tasks, shared_pool, stage_key, write_t
 class Shard:
     stage: str
     name: str            # the family: also the shard's file name
-    items: tuple          # what the shard works on (workload names, or program ids)
+    items: tuple          # (workload name, pinned shape params as JSON, or None for the sampled instances)
 
 
 def plan_generate(params) -> list[Shard]:
+    """One shard per family: the profile's workloads of that family (its `workloads` list, or the
+    first `max_workloads_per_family` of each of its `families`), then its `pinned` instances."""
     from workloads.registry import all_workloads
 
     prof = params.profile
     by_family: dict[str, list[str]] = {}
     for w in all_workloads():
         by_family.setdefault(w.family, []).append(w.name)
-    families = sorted(by_family) if prof["families"] == "all" else list(prof["families"])
-    unknown = [f for f in families if f not in by_family]
-    if unknown:
-        raise ValueError(f"params.yaml selects unknown families: {', '.join(unknown)}; "
-                         f"the catalogue has {', '.join(sorted(by_family))}")
-    cap = int(prof["max_workloads_per_family"])
-    return [Shard("generate", f, tuple(by_family[f][:cap])) for f in sorted(families)]
+    chosen: dict[str, list[tuple]] = {}
+    if prof.get("workloads"):
+        for name in prof["workloads"]:
+            chosen.setdefault(_workload(name).family, []).append((name, None))
+    else:
+        families = sorted(by_family) if prof["families"] == "all" else list(prof["families"])
+        unknown = [f for f in families if f not in by_family]
+        if unknown:
+            raise ValueError(f"params.yaml selects unknown families: {', '.join(unknown)}; "
+                             f"the catalogue has {', '.join(sorted(by_family))}")
+        cap = int(prof["max_workloads_per_family"])
+        chosen = {f: [(n, None) for n in by_family[f][:cap]] for f in families}
+    for pin in prof.get("pinned") or []:
+        item = (pin["workload"], json.dumps(pin["params"], sort_keys=True))
+        chosen.setdefault(_workload(pin["workload"]).family, []).append(item)
+    return [Shard("generate", f, tuple(chosen[f])) for f in sorted(chosen)]
+
+
+def _workload(name: str):
+    from workloads.registry import get_workload
+
+    try:
+        return get_workload(name)
+    except KeyError:
+        raise ValueError(f"params.yaml selects unknown workload {name!r} (see `steptp workloads list`)") from None
+
+
+def instances_of(workload, params, pinned: str | None = None) -> list:
+    """The instances of one shard item, before the dtypes are applied: the profile's
+    `instances_per_workload` sampled ones, or the one pinned instance (`shape_source = "pinned"`)."""
+    from workloads.sampling import Instance, sample_instance
+
+    prof, seed = params.profile, params.seed
+    if pinned is not None:
+        return [Instance(workload.name, seed, -1, prof["workload_profile"], json.loads(pinned), workload.dtypes[0],
+                         "pinned")]
+    count = int(prof["instances_per_workload"])
+    return [sample_instance(workload, seed, k, prof["workload_profile"]) for k in range(count)]
 
 
 def generate_shard(shard: Shard, params, pool=None) -> list[dict]:
     from gpu_tasks.verify import verify_against_reference
     from leir.canon import program_id
     from leir.frontend import TranslationError, translate
-    from workloads.registry import get_workload
-    from workloads.sampling import build, sample_instance
+    from workloads.sampling import build
+    from workloads.shapes import estimate_work
 
     prof, seed = params.profile, params.seed
     rows: dict[str, dict] = {}
-    for name in shard.items:
-        w = get_workload(name)
-        for k in range(int(prof["instances_per_workload"])):
-            base = sample_instance(w, seed, k, prof["workload_profile"])
+    for name, pinned in shard.items:
+        w = _workload(name)
+        for base in instances_of(w, params, pinned):
             for dtype in [d for d in prof["dtypes"] if d in w.dtypes]:
                 inst = replace(base, dtype=dtype)
                 module, inputs = build(w, inst)
@@ -70,7 +102,8 @@ def generate_shard(shard: Shard, params, pool=None) -> list[dict]:
                     "shape_params": json.dumps(inst.params, sort_keys=True), "dtype": dtype,
                     "signature": tr.signature.dumps(), "leir": tr.text, "n_nests": len(tr.program.nests),
                     "source": "catalogue", "seed": seed, "verification_status": v.status,
-                    "max_abs_err": err})
+                    "max_abs_err": err, "shape_source": inst.shape_source,
+                    "work": estimate_work(w, inst.params)})
     return [rows[k] for k in sorted(rows)]
 
 

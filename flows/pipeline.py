@@ -8,6 +8,7 @@ the optional `measure` stage. Shared task helpers (cache keys, progress, writing
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from flows.prefect_env import configure
@@ -46,14 +47,17 @@ def run_stage(stage: str, params: Params, lake: Path, reports: Path, task_runner
     args = {"raw": params.raw, "profile": params.profile_name, "lake": str(lake)}
     if stage not in ("generate", "transform", "verify"):
         args["reports"] = str(reports)
+    start = time.perf_counter()
     with temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
         result = fl(**args, **extra)
-    _record_last_run(lake, stage, params)
+    result = {**result, "seconds": round(time.perf_counter() - start, 1)}
+    _record_last_run(lake, stage, params, result)
     return result
 
 
-def _record_last_run(lake: Path, stage: str, params: Params) -> None:
-    """`lake/last_run.json` for `steptp lake status` (a log, not data: never read by a stage)."""
+def _record_last_run(lake: Path, stage: str, params: Params, result: dict) -> None:
+    """`lake/last_run.json` for `steptp lake status`, and one line per stage run in `lake/runs.jsonl`
+    (wall time and counts: the measured throughput of each stage). Logs, not data: no stage reads them."""
     import datetime
 
     lake = Path(lake)
@@ -63,6 +67,8 @@ def _record_last_run(lake: Path, stage: str, params: Params) -> None:
     tmp = lake / ".last_run.json.tmp"
     tmp.write_text(json.dumps(info) + "\n")
     tmp.replace(lake / "last_run.json")
+    with open(lake / "runs.jsonl", "a", encoding="utf-8") as log:
+        log.write(json.dumps({**info, **{k: v for k, v in result.items() if k != "stage"}}, default=str) + "\n")
 
 
 @flow(name="pipeline")

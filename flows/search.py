@@ -2,16 +2,17 @@
 the `trajectories` table, the best trajectories as multi-step step records, and
 reports/search.{json,png} with PyTorch eager and MetaSchedule reference times side by side.
 
-- One task per workload family runs every configured driver on that family's first
+- One task per workload family runs every configured driver on that family's selected programs: the
+  profile's pinned programs (`programs: pinned`, shapes whose naive runtime matters) or the first
   `programs_per_family` verified programs (by program_id). Timings are measurements, so the task
   cache only helps a killed run resume; a fresh lake searches again.
 - Trajectory steps (steps schema, parent_step_id/depth) are written to `lake/trajectory_steps/`, not
   into `lake/steps`: that folder is the transform stage's DVC output, and transform drops shards it
   did not write. The `trajectories` rows name those step ids.
-- References, on the first `reference_programs` programs: PyTorch eager (the catalogue module,
-  float32, `torch.utils.benchmark`) and TVM's own MetaSchedule-tuned time for the same module
-  (`gpu_tasks/metaschedule.py`, `metaschedule_trials` trials; 0 skips it). Failures are reported
-  with their reason, never hidden.
+- References: PyTorch eager on every searched program (the catalogue module, float32,
+  `torch.utils.benchmark`), and on the first `reference_programs` TVM's own MetaSchedule-tuned time
+  for the same module (`gpu_tasks/metaschedule.py`, `metaschedule_trials` trials; 0 skips it).
+  Failures are reported with their reason, never hidden.
 """
 from __future__ import annotations
 
@@ -32,13 +33,14 @@ from flows.config import Params  # noqa: E402
 from flows.keys import stable_id  # noqa: E402
 from flows.storage import read_table  # noqa: E402
 from flows.tasks import key_from_arg, run_tasks, say, stage_key, write_table  # noqa: E402
-from flows.transform import step_row  # noqa: E402
+from flows.transform import PASSING, step_row  # noqa: E402
 
 if TYPE_CHECKING:
     from leir.signature import Signature
     from search.drivers import SearchResult
 
-DEFAULTS = {"drivers": ["chain", "greedy", "beam", "bfs", "dfs", "mcts"], "policy": "library", "budget": 12,
+DEFAULTS = {"drivers": ["chain", "greedy", "beam", "bfs", "dfs", "mcts"], "policy": "library", "programs": "by_family",
+            "budget": 12,
             "wall_s": 300, "depth": 4, "branching": 4, "width": 2, "ucb_c": 1.4, "iterations": 24,
             "families": "all", "programs_per_family": 1, "seed": 0, "repeats": 5, "min_repeat_ms": 20,
             "reference_programs": 2, "metaschedule_trials": 32}
@@ -50,11 +52,18 @@ def search_params(params: Params) -> dict:
 
 
 def select_programs(programs: list[dict], cfg: dict) -> dict[str, list[dict]]:
-    """Verified programs by family, the first `programs_per_family` by program_id."""
+    """Verified programs by family: the pinned ones in float32 (`programs: pinned`, the profile's
+    programs whose runtime matters), or the first `programs_per_family` of each family by program_id."""
     out: dict[str, list[dict]] = {}
-    for p in sorted(programs, key=lambda p: p["program_id"]):
-        if p["verification_status"] not in ("exact", "close"):
-            continue
+    verified = [p for p in sorted(programs, key=lambda p: p["program_id"]) if p["verification_status"] in PASSING]
+    if cfg["programs"] == "pinned":
+        for p in verified:
+            if p.get("shape_source") == "pinned" and p["dtype"] == "float32":
+                out.setdefault(p["family"], []).append(p)
+        return dict(sorted(out.items()))
+    if cfg["programs"] != "by_family":
+        raise ValueError(f"search.programs must be `pinned` or `by_family`, got {cfg['programs']!r}")
+    for p in verified:
         if cfg["families"] != "all" and p["family"] not in cfg["families"]:
             continue
         rows = out.setdefault(p["family"], [])
@@ -115,16 +124,18 @@ def search_task(key: str, programs: list[dict], cfg: dict, target: str) -> dict:
 # --- references: PyTorch eager and MetaSchedule ---------------------------------------------------
 
 def _catalogue_module(p: dict, params: Params):
+    """The PyTorch module and inputs a program was translated from (for the references)."""
+    from dataclasses import replace
+
+    from flows.generate import instances_of
     from workloads.registry import get_workload
-    from workloads.sampling import build, sample_instance
+    from workloads.sampling import build
 
     w = get_workload(p["workload"])
     shape = json.loads(p["shape_params"])
-    for k in range(int(params.profile["instances_per_workload"])):
-        inst = sample_instance(w, params.seed, k, params.profile["workload_profile"])
+    pinned = p["shape_params"] if p.get("shape_source") == "pinned" else None
+    for inst in instances_of(w, params, pinned):
         if inst.params == shape:
-            from dataclasses import replace
-
             return build(w, replace(inst, dtype=p["dtype"]))
     raise LookupError(f"no catalogue instance of {p['workload']} with {shape}")
 
@@ -138,16 +149,25 @@ def torch_eager_us(module, inputs, min_run_time: float = 0.5) -> float:
         return float(timer.blocked_autorange(min_run_time=min_run_time).median * 1e6)
 
 
+def _pin_order(p: dict, params: Params) -> int:
+    """Where a program stands in the profile's pinned list (references follow that order)."""
+    for i, pin in enumerate(params.profile.get("pinned") or []):
+        if pin["workload"] == p["workload"] and json.loads(p["shape_params"]) == pin["params"]:
+            return i
+    return len(params.profile.get("pinned") or [])
+
+
 def references(programs: list[dict], params: Params, cfg: dict) -> list[dict]:
+    """PyTorch eager on every searched program; MetaSchedule on the first `reference_programs`."""
     out = []
-    for p in programs[:int(cfg["reference_programs"])]:
+    for i, p in enumerate(programs):
         row = {"program_id": p["program_id"], "workload": p["workload"], "torch_eager_us": None,
                "metaschedule_us": None, "metaschedule_vm_us": None,
                "metaschedule_trials": int(cfg["metaschedule_trials"]), "error": None}
         try:
             module, inputs = _catalogue_module(p, params)
             row["torch_eager_us"] = torch_eager_us(module, inputs)
-            if int(cfg["metaschedule_trials"]) > 0:
+            if int(cfg["metaschedule_trials"]) > 0 and i < int(cfg["reference_programs"]):
                 from gpu_tasks.metaschedule import metaschedule_times
 
                 trials = int(cfg["metaschedule_trials"])
@@ -231,9 +251,9 @@ def search_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
     n = write_table(lake, "trajectories", {f: r["trajectories"] for f, r in results.items()})
     write_table(lake, "trajectory_steps", {f: r["steps"] for f, r in results.items()})
     runs = [run for f in sorted(results) for run in results[f]["runs"]]
-    chosen = [p for f in sorted(families) for p in families[f]]
+    chosen = sorted((p for f in sorted(families) for p in families[f]), key=lambda p: _pin_order(p, params))
     n_refs = min(len(chosen), int(cfg["reference_programs"]))
-    say(f"search: {len(runs)} searches; references on {n_refs} programs")
+    say(f"search: {len(runs)} searches; MetaSchedule references on {n_refs} programs")
     medians = build_search_report(runs, references(chosen, params, cfg), Path(reports))
     return {"stage": "search", "shards": len(calls), "rows": n, "median_speedup": medians}
 

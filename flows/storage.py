@@ -35,7 +35,10 @@ TABLES: dict[str, TableSpec] = {t.name: t for t in (
     TableSpec("programs", ("program_id",), _schema(
         ("program_id", S), ("workload", S), ("level", S), ("family", S), ("shape_params", S), ("dtype", S),
         ("signature", S), ("leir", S), ("n_nests", I64), ("source", S), ("seed", I64),
-        ("verification_status", S), ("max_abs_err", F64))),
+        ("verification_status", S), ("max_abs_err", F64),
+        # issue 12: where the shapes came from (workloads.shapes: model-dims, odd-extents, tiny-ranges)
+        # and the instance's work units (the shape model's budget measure)
+        ("shape_source", S), ("work", I64))),
     TableSpec("steps", ("step_id",), _schema(
         ("step_id", S), ("program_id", S), ("parent_step_id", S), ("depth", I64), ("strategy", S), ("level", S),
         ("site", S), ("params", S), ("before_leir", S), ("after_leir", S), ("after_program_id", S),
@@ -215,3 +218,37 @@ def split_sources(lake: Path, split: str) -> dict[str, tuple[object, str, str]]:
         step = steps[json.loads(sample["step_ids"])[0]]
         out[sample["sample_id"]] = (json.loads(sigs[step["program_id"]]), step["before_leir"], sample["prompt"])
     return out
+
+
+class RowCache:
+    """Rows computed before, by content key, under `lake/.cache/<name>/<shard>.parquet` (not a DVC
+    output: an optimisation that a fresh clone rebuilds). A stage looks its items up before it submits
+    work, so that adding a strategy verifies only the new steps; each shard file keeps exactly the
+    entries of the shard's current items, so the cache never outgrows the lake."""
+
+    def __init__(self, lake: Path, name: str):
+        self.folder = Path(lake) / ".cache" / name
+
+    def load(self, shard: str) -> dict[str, dict]:
+        path = self.folder / f"{shard}.parquet"
+        if not path.exists():
+            return {}
+        try:
+            table = pq.read_table(path)
+        except (OSError, pa.ArrowInvalid):
+            return {}  # a damaged cache file is only a lost optimisation
+        return {k: json.loads(v) for k, v in zip(table.column("key").to_pylist(), table.column("row").to_pylist(),
+                                                 strict=True)}
+
+    def save(self, shard: str, entries: dict[str, dict]) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        keys = sorted(entries)
+        data = pa.table({"key": keys, "row": [json.dumps(entries[k], sort_keys=True) for k in keys]})
+        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=f".{shard}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                pq.write_table(data, f, compression="zstd")
+            os.replace(tmp, self.folder / f"{shard}.parquet")
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import atexit
 import hashlib
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from flows.prefect_env import configure
@@ -24,17 +24,28 @@ from flows.config import ROOT, Params  # noqa: E402
 from flows.keys import stable_id  # noqa: E402
 from flows.storage import shards, write_shard  # noqa: E402
 
-# The packages whose code decides the data: a change to any of them changes every shard key.
-CODE_PACKAGES = ("leir", "workloads", "strategies", "gpu_tasks", "search")
+# The packages whose code decides each stage's data (as the stage's deps in dvc.yaml): a change to one
+# of them changes that stage's shard keys, and only those.
+STAGE_CODE = {
+    "generate": ("leir", "workloads", "gpu_tasks"),
+    "transform": ("leir", "strategies"),
+    "verify": ("leir", "gpu_tasks"),
+    "tokens": ("leir",),
+    "search": ("leir", "workloads", "strategies", "gpu_tasks", "search"),
+}
+CODE_PACKAGES = tuple(dict.fromkeys(p for pkgs in STAGE_CODE.values() for p in pkgs))
+# Profile entries that choose WHICH shards exist, not what a shard holds: a family added to the
+# selection must not change the keys of the families already built (incremental builds).
+SELECTION_KEYS = ("families", "workloads", "pinned", "max_workloads_per_family", "search", "filter")
 console = Console(stderr=True)
 
 
-@lru_cache(maxsize=1)
-def code_hash() -> str:
-    """sha256 over the source of the packages whose code decides the data (once per process: every
-    shard key uses it, and the code does not change during a run)."""
+@cache
+def code_hash(packages: tuple[str, ...] = CODE_PACKAGES) -> str:
+    """sha256 over the source of `packages` (once per process: every shard key uses it, and the code
+    does not change during a run)."""
     h = hashlib.sha256()
-    for pkg in CODE_PACKAGES:
+    for pkg in packages:
         for path in sorted((ROOT / pkg).rglob("*")):
             if path.suffix in (".py", ".lark") and "__pycache__" not in path.parts:
                 h.update(path.relative_to(ROOT).as_posix().encode())
@@ -48,10 +59,14 @@ def key_from_arg(context, parameters) -> str:
 
 
 def stage_key(stage: str, params: Params, lake: Path, *content) -> str:
-    """Cache key of a shard task: its inputs, the parameters that decide them, the code, and the lake
-    (two lakes never share work, so each can be rebuilt from scratch to check determinism)."""
-    relevant = {"seed": params.seed, "profile": params.profile, "verify": params.verify}
-    return stable_id(stage, str(Path(lake).resolve()), relevant, code_hash(), *content, length=32)
+    """Cache key of a shard task: its inputs, the parameters that decide them, the stage's code, and
+    the lake (two lakes never share work, so each can be rebuilt from scratch to check determinism).
+    The profile's selection entries are left out: they decide which shards exist, and each shard's
+    own inputs are in `content`."""
+    profile = {k: v for k, v in params.profile.items() if k not in SELECTION_KEYS}
+    relevant = {"seed": params.seed, "profile": profile, "verify": params.verify}
+    code = code_hash(STAGE_CODE.get(stage, CODE_PACKAGES))
+    return stable_id(stage, str(Path(lake).resolve()), relevant, code, *content, length=32)
 
 
 _POOL = None

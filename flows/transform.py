@@ -47,7 +47,7 @@ def _steps_from(ctx, program_id: str, parent: str | None, depth: int, params) ->
     for strategy in registered():
         if depth > 0 and strategy.level != "mathematical" and strategy.name != "compute_inline":
             continue
-        for t in strategy.transformations(ctx, limit=int(prof["max_steps_per_program_strategy"]),
+        for t in strategy.transformations(strategy.context_for(ctx), limit=int(prof["max_steps_per_program_strategy"]),
                                           per_site=int(prof["max_variants_per_site"])):
             row = step_row(t, program_id, parent, depth, ctx.signature)
             out.append(row)

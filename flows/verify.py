@@ -12,8 +12,19 @@ from prefect import flow, task  # noqa: E402
 from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
 from flows.config import Params  # noqa: E402
-from flows.storage import read_table  # noqa: E402
-from flows.tasks import group, key_from_arg, run_tasks, shared_pool, stage_key, write_table  # noqa: E402
+from flows.keys import stable_id  # noqa: E402
+from flows.storage import RowCache, read_table  # noqa: E402
+from flows.tasks import (  # noqa: E402
+    STAGE_CODE,
+    code_hash,
+    group,
+    key_from_arg,
+    run_tasks,
+    say,
+    shared_pool,
+    stage_key,
+    write_table,
+)
 
 
 def verify_shard(steps: list[dict], signatures: dict[str, str], params, pool=None) -> list[dict]:
@@ -53,9 +64,31 @@ def verify_flow(raw: dict, profile: str, lake: str) -> dict:
     family_of = {p["program_id"]: p["family"] for p in programs}
     signatures = {p["program_id"]: p["signature"] for p in programs}
     steps = group(read_table(lake, "steps").to_pylist(), lambda s: family_of[s["program_id"]])
-    calls = []
+    cache, calls, known, keys = RowCache(lake, "verify"), [], {}, {}
     for family, rows in steps.items():
-        sigs = {r["program_id"]: signatures[r["program_id"]] for r in rows}
-        calls.append((family, verify_task, (stage_key("verify", params, lake, rows, sigs), rows, sigs, raw, profile)))
-    n = write_table(lake, "verifications", run_tasks("verify: build, run, compare", calls))
-    return {"stage": "verify", "shards": len(calls), "rows": n}
+        keys[family] = {r["step_id"]: step_key(r, signatures[r["program_id"]], params) for r in rows}
+        cached = cache.load(family)
+        known[family] = {r["step_id"]: cached[keys[family][r["step_id"]]] for r in rows
+                         if keys[family][r["step_id"]] in cached}
+        todo = [r for r in rows if r["step_id"] not in known[family]]
+        if todo:
+            sigs = {r["program_id"]: signatures[r["program_id"]] for r in todo}
+            calls.append((family, verify_task, (stage_key("verify", params, lake, todo, sigs), todo, sigs, raw,
+                                                profile)))
+    fresh = run_tasks("verify: build, run, compare", calls)
+    results = {}
+    for family, rows in steps.items():
+        by_id = {**known[family], **{v["step_id"]: v for v in fresh.get(family, [])}}
+        results[family] = [by_id[r["step_id"]] for r in rows]
+        cache.save(family, {keys[family][i]: v for i, v in by_id.items()})
+    n = write_table(lake, "verifications", results)
+    reused = sum(len(k) for k in known.values())
+    say(f"verify: {n - reused} steps verified, {reused} reused from earlier runs")
+    return {"stage": "verify", "shards": len(calls), "rows": n, "verified": n - reused, "reused": reused}
+
+
+def step_key(step: dict, signature: str, params: Params) -> str:
+    """What decides a step's verification row: the step, both programs, the signature, the protocol's
+    parameters and the code that lowers and runs them."""
+    return stable_id("verify-step", step["step_id"], step["before_leir"], step["after_leir"], signature,
+                     params.seed, params.verify, code_hash(STAGE_CODE["verify"]), length=32)
