@@ -51,8 +51,9 @@ def previous_versions(releases: Path) -> list[str]:
 
 
 def make_release(lake: Path, version: str, samples: pa.Table, steps: pa.Table, params, gate: dict,
-                 filter_counters: list[dict]) -> Path:
-    """Write the release folder; refuses a version that exists or is not above the last one."""
+                 filter_counters: list[dict], programs: pa.Table | None = None) -> Path:
+    """Write the release folder; refuses a version that exists or is not above the last one.
+    `programs` (the released steps' programs) adds the card's shape, family and dtype sections."""
     parse_version(version)
     releases = Path(lake) / "releases"
     earlier = previous_versions(releases)
@@ -78,11 +79,56 @@ def make_release(lake: Path, version: str, samples: pa.Table, steps: pa.Table, p
                                    ensure_ascii=False) + "\n")
     pq.write_table(steps.sort_by("step_id"), tmp / "data" / "steps.parquet", compression="zstd")
     per_strategy = dict(sorted(Tally(steps.column("strategy").to_pylist()).items()))
-    (tmp / "README.md").write_text(_card(version, params, sizes, per_strategy, gate, filter_counters))
+    shapes = _released_shapes(programs, steps, tmp / "shapes.png") if programs is not None else None
+    card = _card(version, params, sizes, per_strategy, gate, filter_counters)
+    if shapes is not None:
+        card += _data_sections(shapes, samples, steps, tmp)
+    (tmp / "README.md").write_text(card)
     (tmp / "CHANGELOG.md").write_text(_changelog(releases, earlier, version, sizes, per_strategy))
     _write_croissant(tmp, version, params, samples.schema)
     tmp.rename(out)
     return out
+
+
+def _released_shapes(programs: pa.Table, steps: pa.Table, plot: Path) -> list[dict]:
+    from flows.reports import plot_shapes, program_shapes
+
+    released = set(steps.column("program_id").to_pylist())
+    rows = [r for r in program_shapes(programs) if r["program_id"] in released]
+    plot_shapes(rows, plot)
+    return rows
+
+
+def _data_sections(shapes: list[dict], samples: pa.Table, steps: pa.Table, folder: Path) -> str:
+    """What the data holds: shapes (figures and histogram), families, dtypes, file sizes."""
+    from flows.reports import shape_figures
+
+    figures = shape_figures(shapes)
+    program_of = dict(zip(steps.column("step_id").to_pylist(), steps.column("program_id").to_pylist(), strict=True))
+    shape_of = {r["program_id"]: r for r in shapes}
+    per_family, per_dtype = Tally(), Tally()
+    for ids in samples.column("step_ids").to_pylist():
+        first = shape_of.get(program_of.get((json.loads(ids) or [None])[0]))
+        if first:
+            per_family[first["family"]] += 1
+            per_dtype[first["dtype"]] += 1
+    programs_per_family = Tally(r["family"] for r in shapes)
+    sources = figures["programs_by_shape_source"]
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != "README.md")
+    lines = ["## Shapes", "",
+             f"{len(shapes)} source programs. Median largest tensor extent: {figures['median_largest_dim']}; "
+             f"programs with a prime extent above 7: {100 * figures['prime_dim_share']:.1f}% (the odd-extents "
+             "minority keeps remainder handling in the data). Shapes come from the dimensions real networks "
+             "use, under a per-instance work budget (`workloads/shapes.py`).", "",
+             "![largest tensor extent per program](shapes.png)", "",
+             "| shape source | programs |", "| --- | --- |", *(f"| {k} | {v} |" for k, v in sources.items()), "",
+             "## Families", "", "| family | programs | samples |", "| --- | --- | --- |",
+             *(f"| {f} | {programs_per_family[f]} | {per_family.get(f, 0)} |" for f in sorted(programs_per_family)),
+             "", "## Dtypes", "", "| dtype | programs | samples |", "| --- | --- | --- |",
+             *(f"| {d} | {n} | {per_dtype.get(d, 0)} |" for d, n in figures["programs_by_dtype"].items()), "",
+             "## Sizes", "", "| file | bytes |", "| --- | --- |",
+             *(f"| `{p.relative_to(folder).as_posix()}` | {p.stat().st_size} |" for p in files), ""]
+    return "\n".join(lines)
 
 
 def _split(samples: pa.Table, split: str) -> pa.Table:
@@ -134,7 +180,8 @@ def _card(version, params, sizes, per_strategy, gate, counters) -> str:
              f"{'passed' if gate.get('success') else 'FAILED'}: {gate.get('expectations_checked', 0)} expectations.",
              "", "## Versioning", "", SEMVER_RULES, "",
              "## Files", "", "`data/{train,test}.parquet` (samples), `data/steps.parquet` (the released steps), "
-             "`chat/{train,test}.jsonl` (`{\"messages\": [...]}` for SFT), `croissant.json` (Croissant metadata "
+             "`chat/{train,test}.jsonl` (`{\"messages\": [...]}` for SFT), `shapes.png` (the programs' shapes), "
+             "`croissant.json` (Croissant metadata "
              "with sha256 of every file), `CHANGELOG.md`.", ""]
     return "\n".join(lines)
 
@@ -166,7 +213,8 @@ def _write_croissant(folder: Path, version: str, params, schema: pa.Schema) -> N
     import mlcroissant as mlc
 
     files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
-    formats = {".parquet": "application/x-parquet", ".jsonl": "application/jsonlines", ".md": "text/markdown"}
+    formats = {".parquet": "application/x-parquet", ".jsonl": "application/jsonlines", ".md": "text/markdown",
+               ".png": "image/png"}
     distribution = [mlc.FileObject(id=f, name=f, content_url=f, encoding_formats=[formats[Path(f).suffix]],
                                    sha256=hashlib.sha256((folder / f).read_bytes()).hexdigest()) for f in files]
     record_sets = []
@@ -198,7 +246,8 @@ def release_flow(raw: dict, profile: str, lake: str, reports: str, version: str 
     existing = lake / "releases" / f"v{version}"
     if existing.exists():
         return _compare_release(existing, lake, version, steps, params, gate, counters)
-    out = make_release(lake, version, read_table(lake, "samples"), steps, params, gate, counters)
+    out = make_release(lake, version, read_table(lake, "samples"), steps, params, gate, counters,
+                       read_table(lake, "programs"))
     return {"stage": "release", "version": version, "path": str(out)}
 
 
@@ -207,7 +256,8 @@ def _compare_release(existing: Path, lake: Path, version, steps, params, gate, c
     import tempfile
 
     with tempfile.TemporaryDirectory(dir=lake) as tmp:
-        fresh = make_release(Path(tmp), version, read_table(lake, "samples"), steps, params, gate, counters)
+        fresh = make_release(Path(tmp), version, read_table(lake, "samples"), steps, params, gate, counters,
+                             read_table(lake, "programs"))
         files = sorted(p.relative_to(fresh) for p in fresh.rglob("*") if p.is_file())
         same = files == sorted(p.relative_to(existing) for p in existing.rglob("*") if p.is_file()) and all(
             (fresh / f).read_bytes() == (existing / f).read_bytes() for f in files)

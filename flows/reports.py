@@ -55,6 +55,7 @@ def build_reports(programs: pa.Table, steps: pa.Table, verifications: pa.Table, 
         "samples": samples.num_rows, "train_samples": splits.get("train", 0), "test_samples": splits.get("test", 0),
         "strategies_with_steps": sum(1 for v in strategies.values() if v["generated"]),
         "strategies_released": sum(1 for v in strategies.values() if v["in_samples"]),
+        **shape_figures(program_shapes(programs)),
     }
     _dump(out / "strategies.json", strategies)
     _dump(out / "verification.json", verification)
@@ -63,7 +64,61 @@ def build_reports(programs: pa.Table, steps: pa.Table, verifications: pa.Table, 
     _dump(out / "summary.json", summary)
     _plot_strategies(strategies, out / "strategy_distribution.png")
     _plot_outcomes(verification, out / "verification_outcomes.png")
+    plot_shapes(program_shapes(programs), out / "shapes.png")
     return summary
+
+
+# --- shapes: what the programs' tensors look like (issue 12) -----------------------------------------
+
+def program_shapes(programs: pa.Table) -> list[dict]:
+    """Per program: family, dtype, shape source and the extents of its known tensors."""
+    rows = []
+    for p in programs.select(["program_id", "family", "dtype", "signature", "shape_source"]).to_pylist():
+        dims = sorted({d for t in json.loads(p["signature"])["tensors"] for d in t["shape"]})
+        rows.append({"program_id": p["program_id"], "family": p["family"], "dtype": p["dtype"],
+                     "shape_source": p["shape_source"] or "unknown", "largest_dim": max(dims, default=1),
+                     "prime_dims": [d for d in dims if d > 7 and is_prime(d)]})
+    return rows
+
+
+def is_prime(n: int) -> bool:
+    return n > 1 and all(n % d for d in range(2, int(n ** 0.5) + 1))
+
+
+def shape_figures(rows: list[dict]) -> dict:
+    """The headline figures of the shapes: median largest extent, share of programs with a prime
+    extent above 7 (remainder handling), programs per shape source and dtype."""
+    largest = sorted(r["largest_dim"] for r in rows)
+    return {
+        "median_largest_dim": largest[(len(largest) - 1) // 2] if largest else 0,
+        "prime_dim_share": round(sum(1 for r in rows if r["prime_dims"]) / len(rows), 4) if rows else 0.0,
+        "programs_by_shape_source": dict(sorted(Tally(r["shape_source"] for r in rows).items())),
+        "programs_by_dtype": dict(sorted(Tally(r["dtype"] for r in rows).items())),
+    }
+
+
+def plot_shapes(rows: list[dict], path: Path) -> None:
+    """Histogram of each program's largest extent (log2 bins), stacked by dtype; deterministic bytes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    top = max((r["largest_dim"] for r in rows), default=1)
+    edges = [2 ** e for e in range(0, max(top, 2).bit_length() + 1)]
+    dtypes = sorted({r["dtype"] for r in rows})
+    values = [[r["largest_dim"] for r in rows if r["dtype"] == d] for d in dtypes]
+    if rows:
+        ax.hist(values, bins=edges, stacked=True, label=dtypes)
+        ax.legend(title="dtype", fontsize=8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("largest tensor extent of the program")
+    ax.set_ylabel("programs")
+    ax.set_title(f"Shapes of {len(rows)} programs")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    plt.close(fig)
 
 
 def _dump(path: Path, obj) -> None:

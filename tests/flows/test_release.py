@@ -69,3 +69,32 @@ def test_versions_follow_semver_and_never_overwrite(tmp_path, inputs):
     out = build(lake, inputs, "0.3.0")
     log = (out / "CHANGELOG.md").read_text()
     assert log.index("## v0.3.0") < log.index("## v0.2.0") and "previous release: v0.2.0" in log
+
+
+def test_card_shows_shapes_families_dtypes_and_sizes(tmp_path, inputs):
+    params, samples, _, counters = inputs
+    programs, steps, verifs = tables()
+    rows = programs.to_pylist()
+    for i, r in enumerate(rows):  # two shape sources and two dtypes among the released programs
+        r.update(dtype=("float32", "float16")[i % 2], shape_source=("model-dims", "odd-extents")[i % 3 == 0])
+    kept, _ = select_steps(to_arrow("programs", rows), steps, verifs, params)
+    out = make_release(tmp_path / "lake", "0.1.0", samples, kept.select(["step_id", "program_id", "strategy",
+                                                                         "after_leir"]),
+                       params, {"success": True, "expectations_checked": 30}, [c.to_json() for c in counters],
+                       to_arrow("programs", rows))
+    card = (out / "README.md").read_text()
+    for section in ("## Shapes", "## Families", "## Dtypes", "## Sizes"):
+        assert section in card
+    assert "![largest tensor extent per program](shapes.png)" in card and (out / "shapes.png").stat().st_size > 0
+    assert "| odd-extents | 2 |" in card and "| model-dims | 4 |" in card
+    assert "Median largest tensor extent: 6" in card  # the matmul's signature extents are 4, 5 and 6
+    assert "| float16 | 3 |" in card and "| fam0 | 2 |" in card
+    assert "`data/train.parquet` |" in card
+    listed = {d["contentUrl"] for d in json.loads((out / "croissant.json").read_text())["distribution"]}
+    assert "shapes.png" in listed
+    again = make_release(tmp_path / "again", "0.1.0", samples, kept.select(["step_id", "program_id", "strategy",
+                                                                            "after_leir"]),
+                         params, {"success": True, "expectations_checked": 30}, [c.to_json() for c in counters],
+                         to_arrow("programs", rows))
+    assert (again / "shapes.png").read_bytes() == (out / "shapes.png").read_bytes()  # deterministic plot
+    assert (again / "README.md").read_text() == card
