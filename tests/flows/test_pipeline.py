@@ -163,3 +163,68 @@ def test_schedule_deployment_and_prefect_yaml_agree(harness):
     module, func = spec["entrypoint"].split(":")
     assert (ROOT / module).exists() and func == scheduled_pipeline.fn.__name__
     assert spec["schedules"][0]["cron"] == "0 3 * * *"
+
+
+def test_adding_a_family_recomputes_only_its_shards(harness, tmp_path, monkeypatch):
+    """Incremental builds: a family added to the selection runs its own generate/transform/verify
+    shards; the shards of the families already built come from the cache, byte for byte."""
+    import flows.generate
+    import flows.transform
+    import flows.verify
+    from flows.pipeline import run_stage
+
+    ran: list[tuple[str, str]] = []
+    for module, name in ((flows.generate, "generate_shard"), (flows.transform, "transform_shard"),
+                         (flows.verify, "verify_shard")):
+        real = getattr(module, name)
+
+        def record(first, *args, _real=real, _stage=name.split("_")[0], **kwargs):
+            rows = first.items if _stage == "generate" else first  # a Shard, or the shard's rows
+            ran.append((_stage, first.name if _stage == "generate" else rows[0]["program_id"]))
+            return _real(first, *args, **kwargs)
+
+        monkeypatch.setattr(module, name, record)
+
+    def build(families):
+        params = load_params(profile="tiny", overrides={"profiles": {"tiny": {"families": families}}})
+        return [run_stage(s, params, tmp_path / "lake", tmp_path / "reports") for s in ("generate", "transform",
+                                                                                         "verify")]
+
+    build(["gemm"])
+    gemm = {p.name: p.read_bytes() for p in sorted((tmp_path / "lake").glob("*/gemm.parquet"))}
+    first = list(ran)
+    ran.clear()
+    results = build(["gemm", "softmax"])
+    from flows.storage import read_table
+
+    programs = {p["program_id"]: p["family"] for p in read_table(tmp_path / "lake", "programs").to_pylist()}
+    assert {stage for stage, _ in first} == {"generate", "transform", "verify"}
+    assert ran and all(item == "softmax" or programs.get(item) == "softmax" for _, item in ran), ran
+    assert {stage for stage, _ in ran} == {"generate", "transform", "verify"}
+    assert {p.name: p.read_bytes() for p in sorted((tmp_path / "lake").glob("*/gemm.parquet"))} == gemm
+    assert results[2]["reused"] == len(read_table(tmp_path / "lake", "verifications")) - results[2]["verified"] > 0
+
+
+def test_new_steps_are_verified_and_known_steps_reused(harness, tmp_path):
+    """Adding a strategy adds steps to every family; only those steps are verified again."""
+    from flows.pipeline import run_stage
+    from flows.storage import read_table, write_shard
+
+    params = load_params(profile="tiny")
+    lake = tmp_path / "lake"
+    for stage in ("generate", "transform"):
+        run_stage(stage, params, lake, tmp_path / "reports")
+    steps = read_table(lake, "steps").to_pylist()
+    family = {p["program_id"]: p["family"] for p in read_table(lake, "programs").to_pylist()}
+    new = [s for s in steps if s["strategy"] == "loop_split"]
+    assert new
+    for fam in sorted(set(family.values())):  # the lake as it was before loop_split existed
+        write_shard(lake, "steps", fam, [s for s in steps if family[s["program_id"]] == fam and s not in new])
+    before = run_stage("verify", params, lake, tmp_path / "reports")
+    assert before["reused"] == 0 and before["verified"] == len(steps) - len(new)
+    for fam in sorted(set(family.values())):
+        write_shard(lake, "steps", fam, [s for s in steps if family[s["program_id"]] == fam])
+    after = run_stage("verify", params, lake, tmp_path / "reports")
+    assert after["verified"] == len(new) and after["reused"] == len(steps) - len(new)
+    assert sorted(v["step_id"] for v in read_table(lake, "verifications").to_pylist()) == \
+        sorted(s["step_id"] for s in steps)
