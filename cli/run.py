@@ -19,14 +19,16 @@ LakeOpt = Annotated[Path, typer.Option(help="The lake folder.")]
 ReportsOpt = Annotated[Path, typer.Option(help="Where reports (JSON metrics, PNG plots) go.")]
 
 
-def _task_runner(runner: str, address: str | None):
+def _task_runner(runner: str, address: str | None, workers: int = 2):
     if runner == "local":
         return None
     if runner != "dask":
         fail(f"--runner must be local or dask, got {runner!r}")
+    if workers < 1:
+        fail("--workers must be at least 1")
     from flows.pipeline import dask_runner
 
-    return dask_runner(address)
+    return dask_runner(address, workers)
 
 
 def register(app: typer.Typer) -> None:
@@ -34,12 +36,15 @@ def register(app: typer.Typer) -> None:
     def run(profile: ProfileOpt = None,
             runner: Annotated[str, typer.Option(help="local (processes on this machine) or dask.")] = "local",
             address: Annotated[str | None, typer.Option(help="Dask scheduler, e.g. tcp://host:8786 "
-                                                        "(with --runner dask; default: a local 2-worker cluster).")]
+                                                        "(with --runner dask; default: a local cluster).")]
             = None,
+            workers: Annotated[int, typer.Option(help="Worker processes of the local Dask cluster (with "
+                                                      "--runner dask and no --address).")] = 2,
             stop_after: Annotated[str, typer.Option(help="Last stage to run.")] = "release",
             lake: LakeOpt = Path("lake"), reports: ReportsOpt = Path("reports")):
-        """Run the whole chain (generate → transform → verify → filter → report → validate → release) as
-        one Prefect flow. Finished shard tasks are cached: a killed run resumes where it stopped."""
+        """Run the whole chain (generate → transform → verify → filter → tokens → search → report →
+        validate → release) as one Prefect flow. Finished shard tasks are cached: a killed run resumes
+        where it stopped."""
         if stop_after not in STAGE_NAMES:
             fail(f"--stop-after must be one of {', '.join(STAGE_NAMES)}")
         params = load_params(profile=profile)
@@ -48,7 +53,7 @@ def register(app: typer.Typer) -> None:
         with local_server():
             from flows.pipeline import GateFailed, pipeline_flow
 
-            task_runner = _task_runner(runner, address)
+            task_runner = _task_runner(runner, address, workers)
             try:
                 if task_runner is None:
                     pipeline_flow(params.raw, params.profile_name, str(lake), str(reports), stop_after)

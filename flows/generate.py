@@ -43,7 +43,7 @@ def plan_generate(params) -> list[Shard]:
         if unknown:
             raise ValueError(f"params.yaml selects unknown families: {', '.join(unknown)}; "
                              f"the catalogue has {', '.join(sorted(by_family))}")
-        cap = int(prof["max_workloads_per_family"])
+        cap = int(prof.get("max_workloads_per_family") or 10**9)
         chosen = {f: [(n, None) for n in by_family[f][:cap]] for f in families}
     for pin in prof.get("pinned") or []:
         item = (pin["workload"], json.dumps(pin["params"], sort_keys=True))

@@ -83,16 +83,16 @@ def pipeline_flow(raw: dict, profile: str, lake: str, reports: str, stop_after: 
     return out
 
 
-def dask_runner(address: str | None = None):
-    """A Dask task runner: the cluster at `address`, or a local cluster of 2 single-threaded worker
-    processes that may start the verification pool's own processes (non-daemonic workers)."""
+def dask_runner(address: str | None = None, workers: int = 2):
+    """A Dask task runner: the cluster at `address`, or a local cluster of `workers` single-threaded
+    worker processes that may start the verification pool's own processes (non-daemonic workers)."""
     import dask
     from prefect_dask import DaskTaskRunner
 
     if address:
         return DaskTaskRunner(address=address)
     dask.config.set({"distributed.worker.daemon": False})
-    return DaskTaskRunner(cluster_kwargs={"n_workers": 2, "threads_per_worker": 1, "processes": True})
+    return DaskTaskRunner(cluster_kwargs={"n_workers": workers, "threads_per_worker": 1, "processes": True})
 
 
 @flow(name="steptp-pipeline")

@@ -174,11 +174,11 @@ def test_adding_a_family_recomputes_only_its_shards(harness, tmp_path, monkeypat
     from flows.pipeline import run_stage
 
     ran: list[tuple[str, str]] = []
-    for module, name in ((flows.generate, "generate_shard"), (flows.transform, "transform_shard"),
-                         (flows.verify, "verify_shard")):
+    for module, stage in ((flows.generate, "generate"), (flows.transform, "transform"), (flows.verify, "verify")):
+        name = f"{stage}_shard"
         real = getattr(module, name)
 
-        def record(first, *args, _real=real, _stage=name.split("_")[0], **kwargs):
+        def record(first, *args, _real=real, _stage=stage, **kwargs):
             rows = first.items if _stage == "generate" else first  # a Shard, or the shard's rows
             ran.append((_stage, first.name if _stage == "generate" else rows[0]["program_id"]))
             return _real(first, *args, **kwargs)
