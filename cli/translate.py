@@ -92,10 +92,11 @@ def list_workloads(
             print(json.dumps(w.to_json()))
         return
     table = Table(title=f"{len(chosen)} workloads")
-    for column in ("name", "kind", "family", "dtypes", "params (default profile)"):
+    for column in ("name", "kind", "family", "dtypes", "params (role: model values)"):
         table.add_column(column)
     for w in chosen:
-        params = ", ".join(f"{p.name}={_span_text(p.values('default'))}" for p in w.params)
+        params = ", ".join(f"{p.name}={p.same_as}" if p.same_as else
+                           f"{p.name}({p.role or 'fixed'}):{_span_text(p.values('default'))}" for p in w.params)
         table.add_row(w.name, w.kind, w.family, ",".join(w.dtypes), params)
     Console().print(table)
 
