@@ -34,9 +34,16 @@ STAGE_CODE = {
     "search": ("leir", "workloads", "strategies", "gpu_tasks", "search"),
 }
 CODE_PACKAGES = tuple(dict.fromkeys(p for pkgs in STAGE_CODE.values() for p in pkgs))
-# Profile entries that choose WHICH shards exist, not what a shard holds: a family added to the
-# selection must not change the keys of the families already built (incremental builds).
-SELECTION_KEYS = ("families", "workloads", "pinned", "max_workloads_per_family", "search", "filter")
+# The profile entries that decide what a stage's shard holds. The others (which families and workloads
+# are selected, other stages' knobs) must not change its keys: a family added to the selection leaves
+# the keys of the families already built as they were (incremental builds).
+STAGE_PROFILE_KEYS = {
+    "generate": ("workload_profile", "instances_per_workload", "dtypes"),
+    "transform": ("max_variants_per_site", "max_steps_per_program_strategy", "inline_depth"),
+    "verify": (),
+    "tokens": ("token_states_per_family",),
+    "search": (),
+}
 console = Console(stderr=True)
 
 
@@ -61,9 +68,10 @@ def key_from_arg(context, parameters) -> str:
 def stage_key(stage: str, params: Params, lake: Path, *content) -> str:
     """Cache key of a shard task: its inputs, the parameters that decide them, the stage's code, and
     the lake (two lakes never share work, so each can be rebuilt from scratch to check determinism).
-    The profile's selection entries are left out: they decide which shards exist, and each shard's
-    own inputs are in `content`."""
-    profile = {k: v for k, v in params.profile.items() if k not in SELECTION_KEYS}
+    Of the profile, only the entries that decide the stage's shards count; each shard's own inputs are
+    in `content`."""
+    keys = STAGE_PROFILE_KEYS.get(stage, tuple(sorted(params.profile)))
+    profile = {k: params.profile.get(k) for k in keys}
     relevant = {"seed": params.seed, "profile": profile, "verify": params.verify}
     code = code_hash(STAGE_CODE.get(stage, CODE_PACKAGES))
     return stable_id(stage, str(Path(lake).resolve()), relevant, code, *content, length=32)
