@@ -2,7 +2,9 @@
 
 translate prints one JSON line per file on stdout:
 `{"file", "ok", "leir", "signature", "verification": {"status", "max_abs_err"}, "error"}`
-and exits 1 when any file failed; the progress bar goes to stderr.
+(plus `"exception": {"type", "message", "file", "line"}` when the file raised: whatever one file
+raises becomes its record and the batch goes on) and exits 1 when any file failed; the progress bar
+goes to stderr.
 """
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ import typer
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
+
+from cli.common import ITEM_ERRORS
 
 workloads_app = typer.Typer(help="The catalogue of source programs: list workloads, sample instances.",
                             no_args_is_help=True)
@@ -50,7 +54,7 @@ def translate_files(
 def translate_one(path: Path, assignments: list[str], max_elements: int | None, dtype: str | None,
                   draws: int = 3) -> dict:
     """The JSON record of one file (never raises for a bad file: the error goes in the record)."""
-    from leir.errors import LeirError
+    from leir.errors import LeirError, describe_exception
     from leir.frontend import translate
     from leir.frontend.kernelbench import load_problem, parse_assignment
 
@@ -60,11 +64,12 @@ def translate_one(path: Path, assignments: list[str], max_elements: int | None, 
         overrides = dict(parse_assignment(a) for a in assignments)
         problem = load_problem(path, overrides, max_elements)
         translation = translate(problem.model, problem.inputs, dtype)
-    except LeirError as e:
-        record["error"] = str(e)
+        record["leir"], record["signature"] = translation.text, translation.signature.to_json()
+        verification = _verify(translation, draws)
+    except ITEM_ERRORS as e:  # one bad file never stops the batch: its error is its record
+        record["error"] = str(e) if isinstance(e, LeirError) else f"{type(e).__name__}: {e}"
+        record["exception"] = describe_exception(e, str(path))
         return record
-    record["leir"], record["signature"] = translation.text, translation.signature.to_json()
-    verification = _verify(translation, draws)
     record["verification"] = {"status": verification.status, "max_abs_err": verification.to_json()["max_abs_err"]}
     record["ok"] = verification.passed
     record["error"] = verification.error or None
