@@ -132,8 +132,8 @@ def test_eval_scores_the_other_lines_when_one_raises(monkeypatch, tmp_path):
         return real(text, **kwargs)
 
     monkeypatch.setattr(evaluation.harness, "parse_response", parse_response)
-    good = '<think>swap</think><answer>{"transformed_IR": "%s", "applied_strategy": "loop_reorder"}</answer>' \
-        % REORDERED
+    answer = json.dumps({"transformed_IR": REORDERED, "applied_strategy": "loop_reorder"})
+    good = f"<think>swap</think><answer>{answer}</answer>"
     lines = [{"id": "a", "signature": SIG, "original_IR": MATMUL, "response": "boom"},
              {"id": "b", "signature": SIG, "original_IR": MATMUL, "response": good},
              {"id": "c", "signature": SIG, "original_IR": MATMUL, "response": "bang"}]
