@@ -23,7 +23,6 @@ from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
 from flows.config import Params  # noqa: E402
 from flows.storage import read_table, release_inputs  # noqa: E402
-from flows.validate import GateFailed  # noqa: E402
 
 SPLITS = ("train", "test")
 SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)$")
@@ -259,8 +258,8 @@ def release_flow(raw: dict, profile: str, lake: str, reports: str, version: str 
     version = version or params.release["version"]
     steps, _ = release_inputs(lake, params)
     gate = json.loads((Path(reports) / "gate.json").read_text())
-    if not gate.get("success"):
-        raise GateFailed("the release gate did not pass; run the validate stage")
+    if not gate.get("success"):  # a refusal, returned like the validate stage's (see flows.validate)
+        return {"stage": "release", "refused": "the release gate did not pass; run the validate stage"}
     counters = json.loads((Path(reports) / "filter.json").read_text())
     existing = lake / "releases" / f"v{version}"
     if existing.exists():
