@@ -26,9 +26,9 @@ class GateFailed(Exception):
 def validate_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
     import logging
 
-    from expectations.release_gate import check_release
-
     import great_expectations.data_context.types.base  # noqa: F401 - makes the logger it sets to INFO
+
+    from expectations.release_gate import check_release
 
     for name in ["great_expectations", *logging.root.manager.loggerDict]:  # GX sets INFO on some of its own
         if name.startswith("great_expectations"):
