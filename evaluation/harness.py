@@ -9,8 +9,10 @@ wording says how many answers a multi-answer prompt asks for, or `"k"` directly)
 - `equal_pass`: bitwise equal to the original's output on every draw; `close_pass`: exact or close;
 - `speedup_pass`: different, close, and faster than the original by more than `speedup_margin`
   under the timing protocol (`gpu_tasks.timing`); `null` when timing is off (`--no-time`);
-- `strategy_label_pass`: the named strategy is one of the 43 and applying it to the original gives
-  an alpha-equivalent program (`evaluation.label`, enumeration capped);
+- `strategy_label_pass`: the answer verifies (exact or close), the named strategy is one of the 43,
+  and the answer either is alpha-equivalent to applying it to the original or shows its structural
+  effect in another spelling (`evaluation.label`, `evaluation.effects`); `strategy_label_exact_pass`:
+  the alpha-equivalent match alone (enumeration capped), whether or not the answer verifies;
 - `require_num_pass`: the number of distinct (alpha-hash) answers that are different and close is
   the number asked for: `k`, or what the prompt's wording asks ("Propose K different" exactly,
   the published "at least K different" at least); a single-answer prompt asks for one; a list
@@ -50,8 +52,8 @@ from leir.printer import format_program
 from leir.signature import Signature
 
 CHECKS = ("format_pass", "different_pass", "build_pass", "execute_pass", "equal_pass", "close_pass",
-          "speedup_pass", "strategy_label_pass", "require_num_pass")
-ITEM_CHECKS = CHECKS[1:8]
+          "speedup_pass", "strategy_label_pass", "strategy_label_exact_pass", "require_num_pass")
+ITEM_CHECKS = CHECKS[1:9]
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
 
@@ -117,7 +119,8 @@ class ItemResult:
         built = ran or (v is not None and v.status == "runtime_error")
         return {"different_pass": self.different, "build_pass": built, "execute_pass": ran,
                 "equal_pass": self.status == "exact", "close_pass": self.correct, "speedup_pass": self.faster,
-                "strategy_label_pass": bool(self.label and self.label.passed)}
+                "strategy_label_pass": self.correct and bool(self.label and self.label.passed),
+                "strategy_label_exact_pass": bool(self.label and self.label.exact)}
 
     def to_json(self) -> dict:
         out = {"idx": self.idx, "strategy": self.strategy, "status": self.status, "error": self.error,
@@ -126,6 +129,8 @@ class ItemResult:
             out["max_abs_err"] = self.verification.to_json()["max_abs_err"]
         if self.label is not None and self.label.error:
             out["label_error"] = self.label.error
+        if self.label is not None and self.label.by:
+            out["label_by"] = self.label.by
         return out
 
 
@@ -302,7 +307,7 @@ def _line_jobs(line: _Line, options: EvalOptions) -> tuple[list, list]:
             item.label = LabelResult(False, f"{item.strategy} changes the program; the answer does not")
             continue
         label = LabelRequest(line.original, sig, options.target, item.strategy, item.alpha,
-                             options.label_cap, options.label_budget_s)
+                             options.label_cap, options.label_budget_s, item.ir)
         jobs.append(Job(label_job, (label,), affinity=key))
         sinks.append((item, "label"))
     return jobs, sinks
