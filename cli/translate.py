@@ -74,7 +74,7 @@ def translate_one(path: Path, assignments: list[str], max_elements: int | None, 
     """The JSON record of one file (never raises for a bad file: the error goes in the record)."""
     from leir.errors import LeirError, describe_exception
     from leir.frontend import translate
-    from leir.frontend.kernelbench import load_problem, load_problem_meta, parse_assignment
+    from leir.frontend.kernelbench import load_problem, load_problem_meta, parse_assignment, read_constants
     from leir.frontend.sizes import same_structure
 
     record = {"file": str(path), "ok": False, "leir": None, "signature": None,
@@ -86,11 +86,16 @@ def translate_one(path: Path, assignments: list[str], max_elements: int | None, 
         verified = translate(problem.model, problem.inputs, dtype)
         emitted, same = verified, True
         if AtSize(at_size) is AtSize.original and problem.shrunk:
-            full = load_problem_meta(path, overrides)
-            emitted = translate(full.model, full.inputs, dtype)
+            try:
+                full = load_problem_meta(path, overrides)
+                emitted = translate(full.model, full.inputs, dtype)
+            except ITEM_ERRORS as e:  # e.g. Python that needs values: the verified instance is emitted instead
+                record["notes"] = [*problem.notes, "the file's own sizes could not be traced on the meta device "
+                                   f"({type(e).__name__}: {e}); the verified instance is emitted"]
             same = same_structure(emitted.program, verified.program)
             record["sizes"] = {"emitted": _shapes(emitted), "verified": _shapes(verified),
-                               "constants_changed": {k: [full.constants.get(k), v] for k, v in problem.shrunk.items()}}
+                               "constants_changed": {k: [read_constants(path, overrides).get(k), v]
+                                                     for k, v in problem.shrunk.items()}}
             record["same_structure"] = same
         record["leir"], record["signature"] = emitted.text, emitted.signature.to_json()
         verification = _verify(verified, draws)

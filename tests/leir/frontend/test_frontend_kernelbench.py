@@ -192,3 +192,17 @@ def test_tensor_constants_made_in_forward_and_diag_translate():
 
     t = translate(Clip(), [torch.randn(6, 6), torch.randn(6)], dtype="float64")
     assert interpret_error(t) < 1e-9
+
+
+@pytest.mark.skipif(not have_verifier(), reason="TVM lowering not available")
+def test_translate_record_falls_back_to_the_verified_instance_when_meta_tracing_fails():
+    from cli.translate import translate_one
+
+    record = translate_one(PROBLEMS / "9_value_dependent_branch.py", [], 256, "float64")
+    assert record["ok"] and record["same_structure"]
+    assert record["sizes"]["emitted"] == record["sizes"]["verified"] == {"A": [16, 16], "C": [16, 16]}
+    assert "could not be traced on the meta device" in record["notes"][-1]
+    original = translate_one(PROBLEMS / "19_ReLU.py", ["batch_size=4"], 256, "float64")
+    shrunk = translate_one(PROBLEMS / "19_ReLU.py", ["batch_size=4"], 256, "float64", at_size="shrunk")
+    assert original["leir"].startswith("B^{4}_{tx=0}L^{16384}") and shrunk["leir"].startswith("B^{4}_{tx=0}L^{64}")
+    assert "sizes" not in shrunk
