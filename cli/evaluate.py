@@ -64,8 +64,10 @@ def evaluate_command(
     FILE (the published release re-verified, with exact / close / wrong counts per strategy).
 
     With --json: one JSON line per input, in input order, with "id", format_pass, different_pass,
-    build_pass, execute_pass, equal_pass, close_pass, speedup_pass, strategy_label_pass,
-    require_num_pass, "status", "error" and "detail"; then {"summary": {check: rate, ..., "n": N}}.
+    build_pass, execute_pass, equal_pass, close_pass, speedup_pass, strategy_label_pass (the answer
+    verifies and is the named strategy: the library's result or the strategy's effect in another
+    spelling), strategy_label_exact_pass (the library's result), require_num_pass, "status", "error"
+    and "detail"; then {"summary": {check: rate, ..., "n": N}}.
     Exit status 0 once every line is scored, 2 on bad usage.
     """
     from evaluation.harness import EvalOptions

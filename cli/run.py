@@ -51,15 +51,18 @@ def register(app: typer.Typer) -> None:
         from flows.prefect_env import local_server
 
         with local_server():
-            from flows.pipeline import GateFailed, pipeline_flow
+            from flows.pipeline import GateFailed, gate_refusal, pipeline_flow
 
             task_runner = _task_runner(runner, address, workers)
             try:
                 if task_runner is None:
-                    pipeline_flow(params.raw, params.profile_name, str(lake), str(reports), stop_after)
+                    refused = gate_refusal(pipeline_flow(params.raw, params.profile_name, str(lake), str(reports),
+                                                         stop_after))
+                    if refused:
+                        raise GateFailed(refused)
                 else:
                     _run_with_runner(params, lake, reports, stop_after, task_runner)
-            except GateFailed as e:
+            except GateFailed as e:  # the failed expectations, exit 1: a refusal, not a crash
                 fail(f"release refused by the gate:\n{e}", code=1)
 
     @app.command("stage")

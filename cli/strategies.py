@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from cli.common import fail, load_signature
+from cli.common import ITEM_ERRORS, fail, item_error, load_signature, program_batch
 
 strategies_app = typer.Typer(help="The 43 atomic strategies.", no_args_is_help=True)
 
@@ -60,39 +60,39 @@ def register(app: typer.Typer) -> None:
 
     @app.command("apply")
     def apply(strategy: Annotated[str, typer.Argument(help="A strategy name, or 'all' to try every one.")],
-              file: Annotated[str, typer.Argument(help="File with one LEIR program ('-' for stdin).")],
-              signature: Annotated[Path, typer.Option("--signature", "-s", help="Signature JSON.")],
+              file: Annotated[str | None, typer.Argument(help="File with one LEIR program ('-' for stdin).")]
+              = None,
+              signature: Annotated[Path | None, typer.Option("--signature", "-s", help="Signature JSON.")] = None,
               target: Annotated[str, typer.Option(help="llvm (CPU) or cuda.")] = "llvm",
               seed: Annotated[int, typer.Option(help="Seed for choosing among transformations with --max.")] = 0,
               max_: Annotated[int | None, typer.Option("--max", help="At most N transformations per strategy "
                                                        "(a seeded, deterministic choice).")] = None,
-              cot: Annotated[bool, typer.Option(help="Include the chain of thought.")] = True):
+              cot: Annotated[bool, typer.Option(help="Include the chain of thought.")] = True,
+              batch: Annotated[str | None, typer.Option(help='JSONL file (or "-"), one {"id", "signature", '
+                                                        '"leir"} per line, instead of FILE.')] = None):
         """Apply a strategy at every legal site and parameter; one JSON line per transformation:
-        {"strategy", "site", "params", "after", "cot"}. Exit 1 if nothing applies."""
-        from strategies.base import Context
-        from strategies.cot import answer
+        {"strategy", "site", "params", "after", "cot"} ("id" first with --batch). A strategy that raises
+        on a program gives one line {"strategy", "error", "exception": {"type", "message", "file",
+        "line"}} and the others go on; with --batch, a program that cannot be read gives {"id",
+        "error"} and the batch goes on. Exit 1 if nothing applies (with --batch: if some program got
+        no transformation or an error)."""
         from strategies.registry import ALL_NAMES, get, registered
 
-        program, sig = _read_program(file), load_signature(signature)
-        ctx = Context(program, sig, target)
         try:
             chosen = registered() if strategy == "all" else [get(strategy)]
         except KeyError as e:
             fail(str(e.args[0]))
         if strategy != "all" and strategy not in ALL_NAMES:
             fail(f"unknown strategy {strategy!r}")
-        count = 0
-        for s in chosen:
-            ts = list(s.transformations(ctx))
-            if max_ is not None and len(ts) > max_:
-                rng = random.Random(f"{seed}:{s.name}:{ctx.alpha}")
-                ts = [ts[i] for i in sorted(rng.sample(range(len(ts)), max_))]
-            for t in ts:
-                row = {"strategy": t.strategy, "site": t.site.to_json(), "params": t.params, "after": t.after_text}
-                if cot:
-                    row["cot"] = answer(t)
-                typer.echo(json.dumps(row))
-                count += 1
+        options = (target, seed, max_, cot)
+        if batch is not None:
+            if file is not None or signature is not None:
+                fail("--batch takes no FILE or --signature")
+            raise typer.Exit(_apply_batch(batch, chosen, options))
+        if file is None or signature is None:
+            fail("give FILE and --signature, or --batch PROGRAMS.jsonl")
+        program, sig = _read_program(file), load_signature(signature)
+        count, errors = _apply_program(program, sig, chosen, options, {})
         raise typer.Exit(0 if count else 1)
 
     @app.command("sites")
@@ -109,6 +109,63 @@ def register(app: typer.Typer) -> None:
             if found:
                 typer.echo(json.dumps({"strategy": s.name, "level": s.level,
                                        "sites": [x.to_json() for x in found]}))
+
+
+def _apply_program(program, sig, chosen, options, head: dict) -> tuple[int, int]:
+    """Print every transformation of `program` by each strategy of `chosen`, each line starting with
+    `head`; a strategy that raises prints one error line and the next goes on. (transformations, errors)"""
+    from strategies.base import Context
+    from strategies.cot import answer
+
+    target, seed, max_, cot = options
+    ctx = Context(program, sig, target)
+    count = errors = 0
+    for s in chosen:
+        try:
+            rows = list(_strategy_rows(s, ctx, seed, max_, cot, answer))
+        except ITEM_ERRORS as e:  # one strategy's bug on this program must not hide the others
+            typer.echo(json.dumps(head | {"strategy": s.name} | item_error(None, e)))
+            errors += 1
+            continue
+        for row in rows:
+            typer.echo(json.dumps(head | row))
+        count += len(rows)
+    return count, errors
+
+
+def _strategy_rows(s, ctx, seed: int, max_: int | None, cot: bool, answer):
+    ts = list(s.transformations(ctx))
+    if max_ is not None and len(ts) > max_:
+        rng = random.Random(f"{seed}:{s.name}:{ctx.alpha}")
+        ts = [ts[i] for i in sorted(rng.sample(range(len(ts)), max_))]
+    for t in ts:
+        row = {"strategy": t.strategy, "site": t.site.to_json(), "params": t.params, "after": t.after_text}
+        if cot:
+            row["cot"] = answer(t)
+        yield row
+
+
+def _apply_batch(path: str, chosen, options) -> int:
+    from leir.parse import parse_program
+    from leir.signature import Signature
+
+    failed = False
+    for entry in program_batch(path):
+        head = {"id": entry["id"]}
+        if "job" not in entry:
+            typer.echo(json.dumps(head | {"error": entry["error"]}))
+            failed = True
+            continue
+        leir, sig = entry["job"]
+        try:
+            program, signature = parse_program(leir), Signature.from_json(sig)
+        except ITEM_ERRORS as e:
+            typer.echo(json.dumps(head | item_error(entry["line"], e)))
+            failed = True
+            continue
+        count, errors = _apply_program(program, signature, chosen, options, head)
+        failed = failed or errors > 0 or count == 0
+    return 1 if failed else 0
 
 
 # --- the survey (issue 5's report) ----------------------------------------------------------------------

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from cli.common import fail, load_signature
+from cli.common import fail, load_signature, program_batch
 
 BATCH_KEYS = ("id", "leir_tokens", "tir_tokens", "cuda_tokens", "error")
 
@@ -28,7 +28,8 @@ def tokens_command(
     (TVMScript for the CPU and the GPU target, CUDA with and without TVM's preamble).
     Batch: `steptp tokens --batch PROGRAMS.jsonl` prints one line per program, in input order:
     {"id", "leir_tokens", "tir_tokens", "cuda_tokens", "error"} (TIR for the CPU target). A bad line
-    gets an error (counts null where they could not be made) and the batch goes on; progress on stderr.
+    gets an error (counts null where they could not be made; "exception": {"type", "message", "file",
+    "line"} when counting it raised) and the batch goes on; progress on stderr.
     Exit status 2 when some program had an error.
     """
     if batch is not None:
@@ -76,7 +77,7 @@ def run_batch(path: str, workers: int) -> int:
 
     from flows.token_stats import count_many
 
-    entries = list(_batch_entries(path))
+    entries = list(program_batch(path))
     jobs = [e["job"] for e in entries if "job" in e]
     failed = False
     with Progress(console=Console(stderr=True), transient=True) as progress:
@@ -85,39 +86,17 @@ def run_batch(path: str, workers: int) -> int:
         for entry in entries:
             out = dict.fromkeys(BATCH_KEYS) | {"id": entry["id"]}
             if "job" in entry:
-                out |= {k: v for k, v in next(results).items() if k in BATCH_KEYS}
+                result = next(results)
+                out |= {k: v for k, v in result.items() if k in BATCH_KEYS}
                 if out["error"]:
                     out["error"] = f"line {entry['line']}: {out['error']}"
+                if result.get("exception"):
+                    out["exception"] = result["exception"]
             else:
                 out["error"] = entry["error"]
             failed = failed or out["error"] is not None
             typer.echo(json.dumps(out))
     return 2 if failed else 0
-
-
-def _batch_entries(path: str):
-    """{"id", "job": (leir, signature)} per non-blank line, or {"id", "error"} for a bad one."""
-    try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        fail(f"cannot read {path}: {e}")
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            yield {"id": None, "error": f"line {lineno}: not JSON: {e.msg}"}
-            continue
-        if not isinstance(obj, dict):
-            yield {"id": None, "error": f"line {lineno}: expected an object {{id, signature, leir}}"}
-            continue
-        missing = [k for k in ("signature", "leir") if k not in obj]
-        if missing or not isinstance(obj.get("leir"), str):
-            what = f"missing {', '.join(missing)}" if missing else "leir must be a string"
-            yield {"id": obj.get("id"), "error": f"line {lineno}: {what}"}
-            continue
-        yield {"id": obj.get("id"), "line": lineno, "job": (obj["leir"], obj["signature"])}
 
 
 def register(app: typer.Typer) -> None:

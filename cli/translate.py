@@ -2,12 +2,15 @@
 
 translate prints one JSON line per file on stdout:
 `{"file", "ok", "leir", "signature", "verification": {"status", "max_abs_err"}, "error"}`
-and exits 1 when any file failed; the progress bar goes to stderr.
+(plus `"exception": {"type", "message", "file", "line"}` when the file raised: whatever one file
+raises becomes its record and the batch goes on) and exits 1 when any file failed; the progress bar
+goes to stderr.
 """
 from __future__ import annotations
 
 import json
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -15,6 +18,8 @@ import typer
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
+
+from cli.common import ITEM_ERRORS
 
 workloads_app = typer.Typer(help="The catalogue of source programs: list workloads, sample instances.",
                             no_args_is_help=True)
@@ -26,21 +31,38 @@ def register(app: typer.Typer) -> None:
     app.add_typer(workloads_app, name="workloads")
 
 
+class AtSize(StrEnum):
+    original = "original"
+    shrunk = "shrunk"
+
+
 def translate_files(
     files: Annotated[list[Path], typer.Argument(help="KernelBench-style problem files")],
     set_: Annotated[list[str] | None, typer.Option("--set", help="override a module constant: NAME=VALUE")] = None,
-    max_elements: Annotated[int | None, typer.Option(help="shrink size constants: every input at most N "
-                                                          "elements")] = None,
+    max_elements: Annotated[int | None, typer.Option(help="shrink size constants for the verification: every "
+                                                          "input at most N elements")] = None,
+    at_size: Annotated[AtSize, typer.Option(help="original: emit the program at the file's own sizes (traced on "
+                                            "the meta device) and verify the same program structure at the "
+                                            "--max-elements instance; shrunk: emit the verified instance")]
+    = AtSize.original,
     dtype: Annotated[str | None, typer.Option(help="translate for this float dtype (default: the inputs')")] = None,
     draws: Annotated[int, typer.Option(help="input draws for the verification")] = 3,
 ):
-    """Translate PyTorch problem files to LEIR and verify each against PyTorch eager (float64)."""
+    """Translate PyTorch problem files to LEIR and verify each against PyTorch eager (float64).
+
+    One JSON line per file: {"file", "ok", "leir", "signature", "verification", "error", "notes",
+    "sizes"}. With --max-elements the verification runs on a shrunk instance; "sizes" gives the
+    input shapes of the emitted program and of the verified instance (and the constants changed),
+    and "same_structure" whether the two programs differ only in sizes (needed for "ok"). Whatever
+    one file raises becomes its record ("exception": {"type", "message", "file", "line"}) and the
+    batch goes on. Exit status 1 when any file failed.
+    """
     results = []
     with Progress(console=Console(stderr=True), transient=True) as progress:
         task = progress.add_task("translating", total=len(files))
         for path in files:
             progress.update(task, description=f"translating {path.name}")
-            result = translate_one(path, set_ or [], max_elements, dtype, draws)
+            result = translate_one(path, set_ or [], max_elements, dtype, draws, at_size)
             print(json.dumps(result), flush=True)
             results.append(result)
             progress.advance(task)
@@ -48,27 +70,48 @@ def translate_files(
 
 
 def translate_one(path: Path, assignments: list[str], max_elements: int | None, dtype: str | None,
-                  draws: int = 3) -> dict:
+                  draws: int = 3, at_size: AtSize | str = AtSize.original) -> dict:
     """The JSON record of one file (never raises for a bad file: the error goes in the record)."""
-    from leir.errors import LeirError
+    from leir.errors import LeirError, describe_exception
     from leir.frontend import translate
-    from leir.frontend.kernelbench import load_problem, parse_assignment
+    from leir.frontend.kernelbench import load_problem, load_problem_meta, parse_assignment, read_constants
+    from leir.frontend.sizes import same_structure
 
     record = {"file": str(path), "ok": False, "leir": None, "signature": None,
-              "verification": {"status": None, "max_abs_err": None}, "error": None}
+              "verification": {"status": None, "max_abs_err": None}, "error": None, "notes": []}
     try:
         overrides = dict(parse_assignment(a) for a in assignments)
-        problem = load_problem(path, overrides, max_elements)
-        translation = translate(problem.model, problem.inputs, dtype)
-    except LeirError as e:
-        record["error"] = str(e)
+        problem = load_problem(path, overrides, max_elements, strict=False)
+        record["notes"] = problem.notes
+        verified = translate(problem.model, problem.inputs, dtype)
+        emitted, same = verified, True
+        if AtSize(at_size) is AtSize.original and problem.shrunk:
+            try:
+                full = load_problem_meta(path, overrides)
+                emitted = translate(full.model, full.inputs, dtype)
+            except ITEM_ERRORS as e:  # e.g. Python that needs values: the verified instance is emitted instead
+                record["notes"] = [*problem.notes, "the file's own sizes could not be traced on the meta device "
+                                   f"({type(e).__name__}: {e}); the verified instance is emitted"]
+            same = same_structure(emitted.program, verified.program)
+            record["sizes"] = {"emitted": _shapes(emitted), "verified": _shapes(verified),
+                               "constants_changed": {k: [read_constants(path, overrides).get(k), v]
+                                                     for k, v in problem.shrunk.items()}}
+            record["same_structure"] = same
+        record["leir"], record["signature"] = emitted.text, emitted.signature.to_json()
+        verification = _verify(verified, draws)
+    except ITEM_ERRORS as e:  # one bad file never stops the batch: its error is its record
+        record["error"] = str(e) if isinstance(e, LeirError) else f"{type(e).__name__}: {e}"
+        record["exception"] = describe_exception(e, str(path))
         return record
-    record["leir"], record["signature"] = translation.text, translation.signature.to_json()
-    verification = _verify(translation, draws)
     record["verification"] = {"status": verification.status, "max_abs_err": verification.to_json()["max_abs_err"]}
-    record["ok"] = verification.passed
-    record["error"] = verification.error or None
+    record["ok"] = verification.passed and same
+    record["error"] = verification.error or (None if same else "the program at the file's sizes differs from the "
+                                             "verified instance in more than sizes (shrink less, or --at-size shrunk)")
     return record
+
+
+def _shapes(translation) -> dict:
+    return {t.name: list(t.shape) for t in translation.signature.tensors}
 
 
 def _verify(translation, draws: int):

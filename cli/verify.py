@@ -2,8 +2,9 @@
 
 Both read pairs either from a JSON Lines batch (one `{"id", "signature", "before", "after"}` per line)
 or from two files of one program each plus a signature file, and print one JSON line per pair on
-stdout, in input order. A line that cannot be understood gets status `invalid` with the reason; the
-batch always completes. Progress goes to stderr.
+stdout, in input order. A line that cannot be understood gets status `invalid` with the reason (and
+`"exception": {"type", "message", "file", "line"}` when something raised on it); the batch always
+completes. Progress goes to stderr.
 """
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from cli.common import ITEM_ERRORS
 
 EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -41,6 +44,7 @@ class PairLine:
     before: str = ""
     after: str = ""
     error: str = ""
+    exception: dict | None = None  # what making its request raised, if it did
 
 
 def register(app: typer.Typer) -> None:
@@ -72,10 +76,9 @@ def verify(batch: BatchOpt = None, signature: SignatureOpt = None, before: Befor
     from gpu_tasks.pool import WorkerPool
     from gpu_tasks.verify import iter_verify_pairs, pair_request
 
-    lines = _pair_lines(batch, signature, before, after)
     table = _tolerance_mapping(tolerances)
-    requests = [pair_request(p.before, p.after, p.signature, target=target, arch=arch, draws=draws, seed=seed,
-                             tolerances=table) for p in lines if not p.error]
+    lines, requests = _requests(_pair_lines(batch, signature, before, after), lambda p: pair_request(
+        p.before, p.after, p.signature, target=target, arch=arch, draws=draws, seed=seed, tolerances=table))
     size = max(1, min(workers or os.cpu_count() or 1, len(requests)))
     with WorkerPool(workers=size, timeout_s=timeout) if requests else nullcontext() as pool:
         results = iter_verify_pairs(requests, pool)
@@ -98,9 +101,8 @@ def time_pairs(batch: BatchOpt = None, signature: SignatureOpt = None, before: B
     """
     from gpu_tasks.timing import iter_time_pairs, timing_pool, timing_request
 
-    lines = _pair_lines(batch, signature, before, after)
-    requests = [timing_request(p.before, p.after, p.signature, target=target, arch=arch, repeats=repeats,
-                               min_repeat_ms=min_repeat_ms) for p in lines if not p.error]
+    lines, requests = _requests(_pair_lines(batch, signature, before, after), lambda p: timing_request(
+        p.before, p.after, p.signature, target=target, arch=arch, repeats=repeats, min_repeat_ms=min_repeat_ms))
     with timing_pool(timeout_s=timeout) if requests else nullcontext() as pool:
         results = iter_time_pairs(requests, pool)
         failed = _emit(lines, results, _timing_row, lambda r: r.status == "ok", "timing")
@@ -123,6 +125,23 @@ def _pair_lines(batch: Path | None, signature: Path | None, before: Path | None,
     except json.JSONDecodeError as e:
         _usage(f"{signature}: not JSON: {e}")
     return [PairLine(None, sig_obj, _read_text(before).strip(), _read_text(after).strip())]
+
+
+def _requests(lines: list[PairLine], make) -> tuple[list[PairLine], list]:
+    """The request of every well-formed line; a line whose request cannot be made (whatever it raises)
+    becomes an error line with the exception, and the batch goes on."""
+    from leir.errors import describe_exception
+
+    out, requests = [], []
+    for line in lines:
+        if not line.error:
+            try:
+                requests.append(make(line))
+            except ITEM_ERRORS as e:
+                info = describe_exception(e)
+                line = PairLine(line.id, error=f"{info['type']}: {info['message']}", exception=info)
+        out.append(line)
+    return out, requests
 
 
 def _tolerance_mapping(path: Path | None) -> dict | None:
@@ -190,6 +209,8 @@ def _emit(lines: list[PairLine], results: Iterator, row, passed, verb: str) -> b
         for line in lines:
             if line.error:
                 out, ok = {"id": line.id, **_invalid_row(row, line.error)}, False
+                if line.exception:
+                    out["exception"] = line.exception
             else:
                 result = next(results)
                 out, ok = {"id": line.id, **row(result)}, passed(result)

@@ -9,8 +9,10 @@ wording says how many answers a multi-answer prompt asks for, or `"k"` directly)
 - `equal_pass`: bitwise equal to the original's output on every draw; `close_pass`: exact or close;
 - `speedup_pass`: different, close, and faster than the original by more than `speedup_margin`
   under the timing protocol (`gpu_tasks.timing`); `null` when timing is off (`--no-time`);
-- `strategy_label_pass`: the named strategy is one of the 43 and applying it to the original gives
-  an alpha-equivalent program (`evaluation.label`, enumeration capped);
+- `strategy_label_pass`: the answer verifies (exact or close), the named strategy is one of the 43,
+  and the answer either is alpha-equivalent to applying it to the original or shows its structural
+  effect in another spelling (`evaluation.label`, `evaluation.effects`); `strategy_label_exact_pass`:
+  the alpha-equivalent match alone (enumeration capped), whether or not the answer verifies;
 - `require_num_pass`: the number of distinct (alpha-hash) answers that are different and close is
   the number asked for: `k`, or what the prompt's wording asks ("Propose K different" exactly,
   the published "at least K different" at least); a single-answer prompt asks for one; a list
@@ -50,8 +52,8 @@ from leir.printer import format_program
 from leir.signature import Signature
 
 CHECKS = ("format_pass", "different_pass", "build_pass", "execute_pass", "equal_pass", "close_pass",
-          "speedup_pass", "strategy_label_pass", "require_num_pass")
-ITEM_CHECKS = CHECKS[1:8]
+          "speedup_pass", "strategy_label_pass", "strategy_label_exact_pass", "require_num_pass")
+ITEM_CHECKS = CHECKS[1:9]
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
 
@@ -117,7 +119,8 @@ class ItemResult:
         built = ran or (v is not None and v.status == "runtime_error")
         return {"different_pass": self.different, "build_pass": built, "execute_pass": ran,
                 "equal_pass": self.status == "exact", "close_pass": self.correct, "speedup_pass": self.faster,
-                "strategy_label_pass": bool(self.label and self.label.passed)}
+                "strategy_label_pass": self.correct and bool(self.label and self.label.passed),
+                "strategy_label_exact_pass": bool(self.label and self.label.exact)}
 
     def to_json(self) -> dict:
         out = {"idx": self.idx, "strategy": self.strategy, "status": self.status, "error": self.error,
@@ -126,6 +129,8 @@ class ItemResult:
             out["max_abs_err"] = self.verification.to_json()["max_abs_err"]
         if self.label is not None and self.label.error:
             out["label_error"] = self.label.error
+        if self.label is not None and self.label.by:
+            out["label_by"] = self.label.by
         return out
 
 
@@ -137,12 +142,14 @@ class LineResult:
     error: str = ""
     items: list[ItemResult] = field(default_factory=list)
     requested: Requested | None = None
+    exception: dict | None = None
 
     def to_json(self) -> dict:
         detail: dict = {"items": [i.to_json() for i in self.items]}
         if self.requested is not None:
             detail["requested"] = {"count": self.requested.count, "at_least": self.requested.at_least}
-        return {"id": self.id, **self.checks, "status": self.status, "error": self.error, "detail": detail}
+        out = {"id": self.id, **self.checks, "status": self.status, "error": self.error, "detail": detail}
+        return out | ({"exception": self.exception} if self.exception else {})
 
 
 @dataclass
@@ -158,6 +165,7 @@ class _Line:
     status: str = ""
     error: str = ""
     items: list[ItemResult] = field(default_factory=list)
+    exception: dict | None = None  # {"type", "message", "file", "line"} when scoring it raised
 
 
 # --- the harness --------------------------------------------------------------------------------
@@ -167,11 +175,30 @@ def evaluate(predictions: Iterable[Prediction], options: EvalOptions = EvalOptio
     """Score every prediction, results in input order. `pool` (a `WorkerPool`) runs verifications
     and label checks; `timer` (a one-worker pool, `gpu_tasks.timing.timing_pool()`) the timings;
     without them both run in this process. A pool is never shared between the two phases."""
-    lines = [prepare(p, options) for p in predictions]
+    lines = [_isolated(prepare, p, options, fallback=p) for p in predictions]
     run_checks(lines, options, pool, progress)
     if options.time:
         run_timings(lines, options, timer if timer is not None or pool is None else "new", progress)
-    return [finish(line, options) for line in lines]
+    return [_isolated(finish, line, options, fallback=line) for line in lines]
+
+
+def _isolated(step, subject, options: EvalOptions, fallback):
+    """`step(subject, options)`; when it raises (a bug met by one line), that line alone fails with
+    status `internal_error` and the exception, and the others are scored."""
+    try:
+        return step(subject, options)
+    except Exception as e:
+        line = fallback if isinstance(fallback, _Line) else _Line(fallback)
+        _fail_line(line, e)
+        return finish(line, options) if step is finish else line
+
+
+def _fail_line(line: _Line, error: Exception) -> None:
+    from leir.errors import describe_exception
+
+    line.exception = describe_exception(error)
+    line.status, line.error = "internal_error", f"{line.exception['type']}: {line.exception['message']}"
+    line.items = []
 
 
 def prepare(prediction: Prediction, options: EvalOptions) -> _Line:
@@ -231,33 +258,17 @@ def _prepare_item(idx, strategy: str, ir: str, line: _Line, options: EvalOptions
 
 def run_checks(lines: list[_Line], options: EvalOptions, pool=None, progress: Progress | None = None) -> None:
     """Verify every parsed answer against its original and check its strategy label."""
-    from gpu_tasks.jobs import verify_pair_job
-    from gpu_tasks.pool import Job
-    from gpu_tasks.verify import as_verification, pair_request
-    from strategies.registry import ALL_NAMES
+    from gpu_tasks.verify import as_verification
 
     jobs, sinks = [], []
     for line in lines:
-        sig = line.signature.dumps() if line.signature else ""
-        key = hashlib.sha256(f"{line.original}\0{sig}\0{options.target}".encode()).hexdigest()
-        for item in line.items:
-            if not item.parsed:
-                continue
-            request = pair_request(line.original, item.ir, sig, target=options.target, arch=options.arch,
-                                   draws=options.draws, seed=options.seed, tolerances=options.tolerances,
-                                   limits=options.limits)
-            jobs.append(Job(verify_pair_job, (request,), affinity=key))
-            sinks.append((item, "verification"))
-            if item.strategy not in ALL_NAMES:
-                item.label = LabelResult(False, f"{item.strategy!r} is not one of the 43 strategies")
-                continue
-            if not item.different:  # a strategy never yields a program alpha-equivalent to its input
-                item.label = LabelResult(False, f"{item.strategy} changes the program; the answer does not")
-                continue
-            label = LabelRequest(line.original, sig, options.target, item.strategy, item.alpha,
-                                 options.label_cap, options.label_budget_s)
-            jobs.append(Job(label_job, (label,), affinity=key))
-            sinks.append((item, "label"))
+        try:
+            line_jobs, line_sinks = _line_jobs(line, options)
+        except Exception as e:  # one line's bug fails that line; the others are scored
+            _fail_line(line, e)
+            continue
+        jobs += line_jobs
+        sinks += line_sinks
     results = ((i, job.fn(*job.args)) for i, job in enumerate(jobs)) if pool is None else pool.imap(jobs)
     for done, (index, result) in enumerate(results, start=1):
         item, kind = sinks[index]
@@ -271,6 +282,37 @@ def run_checks(lines: list[_Line], options: EvalOptions, pool=None, progress: Pr
             progress("verifying", done, len(jobs))
 
 
+def _line_jobs(line: _Line, options: EvalOptions) -> tuple[list, list]:
+    """The verification and label-check jobs of every parsed answer of `line`, and where each result goes."""
+    from gpu_tasks.jobs import verify_pair_job
+    from gpu_tasks.pool import Job
+    from gpu_tasks.verify import pair_request
+    from strategies.registry import ALL_NAMES
+
+    jobs, sinks = [], []
+    sig = line.signature.dumps() if line.signature else ""
+    key = hashlib.sha256(f"{line.original}\0{sig}\0{options.target}".encode()).hexdigest()
+    for item in line.items:
+        if not item.parsed:
+            continue
+        request = pair_request(line.original, item.ir, sig, target=options.target, arch=options.arch,
+                               draws=options.draws, seed=options.seed, tolerances=options.tolerances,
+                               limits=options.limits)
+        jobs.append(Job(verify_pair_job, (request,), affinity=key))
+        sinks.append((item, "verification"))
+        if item.strategy not in ALL_NAMES:
+            item.label = LabelResult(False, f"{item.strategy!r} is not one of the 43 strategies")
+            continue
+        if not item.different:  # a strategy never yields a program alpha-equivalent to its input
+            item.label = LabelResult(False, f"{item.strategy} changes the program; the answer does not")
+            continue
+        label = LabelRequest(line.original, sig, options.target, item.strategy, item.alpha,
+                             options.label_cap, options.label_budget_s, item.ir)
+        jobs.append(Job(label_job, (label,), affinity=key))
+        sinks.append((item, "label"))
+    return jobs, sinks
+
+
 def run_timings(lines: list[_Line], options: EvalOptions, timer=None, progress: Progress | None = None) -> None:
     """Time every answer that is different and correct (others cannot be faster in any useful sense);
     `timer="new"` starts a one-worker timing pool for the duration."""
@@ -281,9 +323,17 @@ def run_timings(lines: list[_Line], options: EvalOptions, timer=None, progress: 
         item.faster = False
     if not todo:
         return
-    requests = [timing_request(line.original, item.ir, line.signature, target=options.target, arch=options.arch,
-                               repeats=options.repeats, min_repeat_ms=options.min_repeat_ms, seed=options.seed,
-                               limits=options.limits) for line, item in todo]
+    requests, timed = [], []
+    for line, item in todo:
+        try:
+            requests.append(timing_request(line.original, item.ir, line.signature, target=options.target,
+                                           arch=options.arch, repeats=options.repeats,
+                                           min_repeat_ms=options.min_repeat_ms, seed=options.seed,
+                                           limits=options.limits))
+            timed.append((line, item))
+        except Exception as e:  # this answer is not timed (speedup_pass false); the others are
+            item.error = item.error or f"timing: {type(e).__name__}: {e}"
+    todo = timed
     own = timing_pool() if timer == "new" else None
     try:
         for done, ((_, item), timing) in enumerate(zip(todo, iter_time_pairs(requests, own or timer), strict=True),
@@ -307,7 +357,8 @@ def finish(line: _Line, options: EvalOptions) -> LineResult:
         checks = dict.fromkeys(CHECKS, False)
         if not options.time:
             checks["speedup_pass"] = None
-        return LineResult(p.id, checks, line.status or "format_error", line.error, line.items, line.requested)
+        return LineResult(p.id, checks, line.status or "format_error", line.error, line.items, line.requested,
+                          line.exception)
     per_item = [item.checks() for item in line.items]
     checks: dict[str, bool | None] = {"format_pass": True}
     for name in ITEM_CHECKS:

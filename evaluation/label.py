@@ -1,10 +1,13 @@
 """Is a model's answer consistent with the strategy it names?
 
-The named strategy is applied to the original (every site, every parameter variant, in the
-strategy's deterministic order, at most `cap` transformations and `budget_s` seconds); the label is
-right when one of the results is alpha-equivalent to the answer. This runs as a worker-pool job
-(a module-level function; the symbolic strategies use sympy, whose worst cases are slow), and the
-set of results per (original, strategy) is memoised so that many answers to one prompt enumerate once.
+Two checks. *Exact*: the named strategy is applied to the original (every site, every parameter
+variant, in the strategy's deterministic order, at most `cap` transformations and `budget_s`
+seconds) and one of the results is alpha-equivalent to the answer. *Effect*: the change from the
+original to the answer shows the strategy's structural effect (`evaluation.effects`), whatever its
+spelling. The label passes when either holds (the harness also requires the answer to verify);
+`exact` is kept as its own field. This runs as a worker-pool job (a module-level function; the
+symbolic strategies use sympy, whose worst cases are slow), and the set of results per (original,
+strategy) is memoised so that many answers to one prompt enumerate once.
 """
 from __future__ import annotations
 
@@ -29,12 +32,15 @@ class LabelRequest:
     answer_alpha: str  # alpha_hash of the answer under the signature
     cap: int = DEFAULT_CAP
     budget_s: float = DEFAULT_BUDGET_S
+    answer: str = ""  # the answer's LEIR text, for the effect check
 
 
 @dataclass(frozen=True, slots=True)
 class LabelResult:
-    passed: bool
+    passed: bool  # exact or by effect
     error: str = ""
+    exact: bool = False  # alpha-equivalent to one of the library's transformations
+    by: str = ""  # "exact", "effect" or "" (not passed)
 
 
 def label_job(request: LabelRequest) -> LabelResult:
@@ -46,15 +52,36 @@ def label_job(request: LabelRequest) -> LabelResult:
         hashes, complete = strategy_results(request.original, request.signature, context_target(request.target),
                                             request.strategy, request.cap, request.budget_s)
     except Exception as e:  # a strategy's bug on an unusual original must not end the run
-        return LabelResult(False, f"the label check failed: {type(e).__name__}: {e}")
+        hashes, complete, failure = frozenset(), False, f"the label check failed: {type(e).__name__}: {e}"
+    else:
+        failure = ""
     if request.answer_alpha in hashes:
-        return LabelResult(True)
-    if not hashes:
-        return LabelResult(False, f"{request.strategy} does not apply to the original")
+        return LabelResult(True, exact=True, by="exact")
+    effect = _effect(request)
+    if effect:
+        return LabelResult(True, by="effect")
+    if failure:
+        return LabelResult(False, failure)
     how = f"its {len(hashes)} transformations" if complete else \
         f"the first {len(hashes)} of its transformations (enumeration capped)"
-    return LabelResult(False, f"the answer is not {request.strategy} applied to the original: "
-                              f"it matches none of {how}")
+    exact = f"{request.strategy} does not apply to the original" if not hashes else \
+        f"the answer is not {request.strategy} applied to the original: it matches none of {how}"
+    if effect is None:
+        return LabelResult(False, f"{exact} (and {request.strategy} has no structural effect to check instead)")
+    return LabelResult(False, f"{exact}, nor does it show {request.strategy}'s effect")
+
+
+def _effect(request: LabelRequest) -> bool | None:
+    """Whether the answer shows the strategy's structural effect (None: the strategy has none defined)."""
+    from evaluation.effects import shows_effect
+
+    if not request.answer:
+        return None
+    try:
+        sig = Signature.from_json(request.signature)
+        return shows_effect(request.strategy, parse_program(request.original), parse_program(request.answer), sig)
+    except Exception:  # an answer the structure queries cannot read does not show the effect
+        return False
 
 
 @lru_cache(maxsize=128)

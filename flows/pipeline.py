@@ -31,7 +31,7 @@ from flows.transform import transform_flow  # noqa: E402
 from flows.validate import GateFailed, validate_flow  # noqa: E402
 from flows.verify import verify_flow  # noqa: E402
 
-__all__ = ["STAGES", "STAGE_FLOWS", "GateFailed", "run_stage", "pipeline_flow", "dask_runner",
+__all__ = ["STAGES", "STAGE_FLOWS", "GateFailed", "gate_refusal", "run_stage", "pipeline_flow", "dask_runner",
            "scheduled_pipeline"]
 
 STAGES = ("generate", "transform", "verify", "filter", "tokens", "search", "report", "validate", "release")
@@ -52,7 +52,14 @@ def run_stage(stage: str, params: Params, lake: Path, reports: Path, task_runner
         result = fl(**args, **extra)
     result = {**result, "seconds": round(time.perf_counter() - start, 1)}
     _record_last_run(lake, stage, params, result)
+    if result.get("refused"):
+        raise GateFailed(result["refused"])  # outside the flow: a message for the caller, no Prefect traceback
     return result
+
+
+def gate_refusal(results: list[dict]) -> str | None:
+    """The gate's refusal among the stage results of `pipeline_flow`, if the chain stopped at it."""
+    return next((r["refused"] for r in results if isinstance(r, dict) and r.get("refused")), None)
 
 
 def _record_last_run(lake: Path, stage: str, params: Params, result: dict) -> None:
@@ -76,7 +83,11 @@ def pipeline_flow(raw: dict, profile: str, lake: str, reports: str, stop_after: 
     params = Params(raw, profile)
     out = []
     for stage in STAGES:
-        out.append(run_stage(stage, params, Path(lake), Path(reports)))
+        try:
+            out.append(run_stage(stage, params, Path(lake), Path(reports)))
+        except GateFailed as e:  # the chain stops here; the caller reads the refusal (gate_refusal)
+            out.append({"stage": stage, "refused": str(e)})
+            break
         console.print(f"[bold]{stage}[/]: {out[-1]}")
         if stage == stop_after:
             break
@@ -101,4 +112,10 @@ def scheduled_pipeline(profile: str = "default", lake: str = "lake", reports: st
     from flows.config import load_params
 
     params = load_params(profile=profile)
-    return pipeline_flow(params.raw, params.profile_name, lake, reports)
+    results = pipeline_flow(params.raw, params.profile_name, lake, reports)
+    refused = gate_refusal(results)
+    if refused:  # the scheduled run ends Failed with the refusal as its message, without a traceback
+        from prefect.states import Failed
+
+        return Failed(message=f"release refused by the gate: {refused}")
+    return results

@@ -61,6 +61,7 @@ def local_server(timeout_s: float = 120):
         os.environ["PREFECT_API_URL"] = url
         yield url
     finally:
+        _flush_api_logs()  # before the server goes: logs still queued would end in "Error logging to API"
         os.environ.pop("PREFECT_API_URL", None)
         proc.terminate()
         try:
@@ -68,3 +69,12 @@ def local_server(timeout_s: float = 120):
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+def _flush_api_logs() -> None:
+    try:
+        from prefect.logging.handlers import APILogHandler
+
+        APILogHandler.flush()
+    except Exception:  # nothing was logged, or Prefect was never imported: nothing to send
+        pass

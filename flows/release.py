@@ -4,6 +4,7 @@ CHANGELOG entry. Files are written in a fixed order with sorted rows, so a rebui
 """
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import re
@@ -22,7 +23,6 @@ from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
 from flows.config import Params  # noqa: E402
 from flows.storage import read_table, release_inputs  # noqa: E402
-from flows.validate import GateFailed  # noqa: E402
 
 SPLITS = ("train", "test")
 SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)$")
@@ -65,27 +65,31 @@ def make_release(lake: Path, version: str, samples: pa.Table, steps: pa.Table, p
     tmp = releases / f".v{version}.tmp"
     if tmp.exists():
         _remove_tree(tmp)
+    date = release_date(params)
     (tmp / "data").mkdir(parents=True)
     (tmp / "chat").mkdir()
-    sizes = {}
+    (tmp / "chat_jsonl").mkdir()
+    sizes, tables = {}, {"default": {}, "chat": {}}
     for split in SPLITS:
         part = _split(samples, split)
         sizes[split] = part.num_rows
+        chat = _chat_table(part)
+        tables["default"][split], tables["chat"][split] = part, chat
         pq.write_table(part, tmp / "data" / f"{split}.parquet", compression="zstd")
-        with open(tmp / "chat" / f"{split}.jsonl", "w", encoding="utf-8") as f:
-            for row in part.select(["prompt", "answer"]).to_pylist():
-                f.write(json.dumps({"messages": [{"role": "user", "content": row["prompt"]},
-                                                 {"role": "assistant", "content": row["answer"]}]},
-                                   ensure_ascii=False) + "\n")
+        pq.write_table(chat, tmp / "chat" / f"{split}.parquet", compression="zstd")
+        with open(tmp / "chat_jsonl" / f"{split}.jsonl", "w", encoding="utf-8") as f:
+            for row in chat.to_pylist():
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
     pq.write_table(steps.sort_by("step_id"), tmp / "data" / "steps.parquet", compression="zstd")
     per_strategy = dict(sorted(Tally(steps.column("strategy").to_pylist()).items()))
     shapes = _released_shapes(programs, steps, tmp / "shapes.png") if programs is not None else None
-    card = _card(version, params, sizes, per_strategy, gate, filter_counters)
+    info = dataset_info(tmp, tables)
+    card = _card(version, params, sizes, per_strategy, gate, filter_counters, info, date)
     if shapes is not None:
         card += _data_sections(shapes, samples, steps, tmp)
     (tmp / "README.md").write_text(card)
     (tmp / "CHANGELOG.md").write_text(_changelog(releases, earlier, version, sizes, per_strategy))
-    _write_croissant(tmp, version, params, samples.schema)
+    _write_croissant(tmp, version, params, tables, date)
     tmp.rename(out)
     return out
 
@@ -131,6 +135,66 @@ def _data_sections(shapes: list[dict], samples: pa.Table, steps: pa.Table, folde
     return "\n".join(lines)
 
 
+def release_date(params) -> str:
+    """The release's own date, `release.date` of params.yaml (YYYY-MM-DD): what Croissant's
+    `datePublished` and the card say. Never the build's clock: `dvc repro` rebuilds a release bit for bit."""
+    import datetime
+
+    value = params.release.get("date")
+    if isinstance(value, datetime.date):  # YAML reads an unquoted 2026-12-01 as a date
+        return value.isoformat()
+    try:
+        return datetime.date.fromisoformat(str(value)).isoformat()
+    except ValueError:
+        raise ReleaseError(f"release.date in params.yaml must be the release's date, YYYY-MM-DD "
+                           f"(got {value!r})") from None
+
+
+CHAT_SCHEMA = pa.schema([("messages", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())])))])
+
+
+def _chat_table(part: pa.Table) -> pa.Table:
+    """The `chat` config: one `messages` list (user prompt, assistant answer) per sample, for SFT."""
+    rows = part.select(["prompt", "answer"]).to_pylist()
+    messages = [[{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r["answer"]}] for r in rows]
+    return pa.table({"messages": pa.array(messages, type=CHAT_SCHEMA.field("messages").type)}, schema=CHAT_SCHEMA)
+
+
+def _features(schema: pa.Schema) -> list[dict]:
+    """Hugging Face `dataset_info.features` of an Arrow schema (the types a release uses)."""
+    return [{"name": f.name, **_feature_type(f.type)} for f in schema]
+
+
+def _feature_type(t: pa.DataType) -> dict:
+    if pa.types.is_list(t):
+        inner = t.value_type
+        if pa.types.is_struct(inner):
+            return {"list": [{"name": f.name, **_feature_type(f.type)} for f in inner]}
+        return {"list": _feature_type(inner)["dtype"]}
+    names = {pa.string(): "string", pa.large_string(): "large_string", pa.int64(): "int64", pa.int32(): "int32",
+             pa.float64(): "float64", pa.float32(): "float32", pa.bool_(): "bool"}
+    if t not in names:
+        raise ReleaseError(f"no Hugging Face feature type for Arrow type {t}")
+    return {"dtype": names[t]}
+
+
+def dataset_info(folder: Path, tables: dict[str, dict[str, pa.Table]]) -> list[dict]:
+    """`dataset_info` of the card, one entry per config: features, and per split the examples and the
+    bytes of the Arrow data (`num_bytes`); the Parquet bytes to download and the Arrow bytes in all."""
+    out = []
+    for config, splits in tables.items():
+        folder_name = "data" if config == "default" else config
+        schema = next(iter(splits.values())).schema
+        # the Arrow bytes of each split as a reader gets it back from its Parquet file (what `datasets`
+        # counts; a table built in memory may be laid out a few bytes differently)
+        read = {s: pq.read_table(folder / folder_name / f"{s}.parquet") for s in splits}
+        entries = [{"name": s, "num_bytes": t.nbytes, "num_examples": t.num_rows} for s, t in read.items()]
+        download = sum((folder / folder_name / f"{s}.parquet").stat().st_size for s in splits)
+        out.append({"config_name": config, "features": _features(schema), "splits": entries,
+                    "download_size": download, "dataset_size": sum(e["num_bytes"] for e in entries)})
+    return out
+
+
 def _split(samples: pa.Table, split: str) -> pa.Table:
     mask = pa.compute.equal(samples.column("split"), split)
     return samples.filter(mask).sort_by("sample_id")
@@ -142,7 +206,7 @@ def _remove_tree(path: Path) -> None:
     path.rmdir()
 
 
-def _card(version, params, sizes, per_strategy, gate, counters) -> str:
+def _card(version, params, sizes, per_strategy, gate, counters, info, date) -> str:
     rel = params.release
     header = {
         "license": rel["license"],
@@ -151,16 +215,12 @@ def _card(version, params, sizes, per_strategy, gate, counters) -> str:
         "task_categories": ["text-generation"],
         "tags": ["compilers", "tensor-programs", "tvm", "chain-of-thought", "leir"],
         "size_categories": [_size_category(sum(sizes.values()))],
-        "configs": [{"config_name": "default",
+        # every config is Parquet (one builder for all: `datasets.load_dataset(DIR, "chat")` works)
+        "configs": [{"config_name": "default", "default": True,
                      "data_files": [{"split": s, "path": f"data/{s}.parquet"} for s in SPLITS]},
                     {"config_name": "chat",
-                     "data_files": [{"split": s, "path": f"chat/{s}.jsonl"} for s in SPLITS]}],
-        "dataset_info": {
-            "features": [{"name": n, "dtype": "int64" if n.endswith("tokens") else "string"}
-                         for n in ("sample_id", "split", "prompt", "answer", "step_ids", "strategies",
-                                   "prompt_tokens", "answer_tokens")],
-            "splits": [{"name": s, "num_examples": sizes[s]} for s in SPLITS],
-        },
+                     "data_files": [{"split": s, "path": f"chat/{s}.parquet"} for s in SPLITS]}],
+        "dataset_info": info,
     }
     import yaml
 
@@ -179,10 +239,15 @@ def _card(version, params, sizes, per_strategy, gate, counters) -> str:
              "## Release gate (Great Expectations)", "",
              f"{'passed' if gate.get('success') else 'FAILED'}: {gate.get('expectations_checked', 0)} expectations.",
              "", "## Versioning", "", SEMVER_RULES, "",
-             "## Files", "", "`data/{train,test}.parquet` (samples), `data/steps.parquet` (the released steps), "
-             "`chat/{train,test}.jsonl` (`{\"messages\": [...]}` for SFT), `shapes.png` (the programs' shapes), "
-             "`croissant.json` (Croissant metadata "
-             "with sha256 of every file), `CHANGELOG.md`.", ""]
+             "## Files", "", "`data/{train,test}.parquet` (samples; config `default`), `data/steps.parquet` (the "
+             "released steps), `chat/{train,test}.parquet` (a `messages` column: user prompt, assistant answer; "
+             "config `chat`), the same as JSON Lines in `chat_jsonl/{train,test}.jsonl` for SFT tools, "
+             "`shapes.png` (the programs' shapes), `croissant.json` (Croissant metadata with sha256 of every "
+             "file), `CHANGELOG.md`. Load with "
+             "`datasets.load_dataset(DIR)` or `datasets.load_dataset(DIR, \"chat\")`, or with "
+             "`mlcroissant.Dataset(jsonld=DIR + \"/croissant.json\")`.", "",
+             f"Released {date} (`release.date` of params.yaml: the date the version was cut, not the build's "
+             "clock, so that a rebuild is byte-identical).", ""]
     return "\n".join(lines)
 
 
@@ -207,9 +272,9 @@ def _changelog(releases: Path, earlier: list[str], version: str, sizes: dict, pe
     return "# Changelog\n\n" + entry + ("\n" + body if body else "")
 
 
-def _write_croissant(folder: Path, version: str, params, schema: pa.Schema) -> None:
+def _write_croissant(folder: Path, version: str, params, tables: dict, date: str) -> None:
     """Croissant metadata built with mlcroissant: every file as a FileObject (relative contentUrl,
-    sha256), a record set per split over its Parquet file."""
+    sha256), a record set per config and split over its Parquet file, `datePublished` the release date."""
     import mlcroissant as mlc
 
     files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
@@ -219,6 +284,7 @@ def _write_croissant(folder: Path, version: str, params, schema: pa.Schema) -> N
                                    sha256=hashlib.sha256((folder / f).read_bytes()).hexdigest()) for f in files]
     record_sets = []
     for split in SPLITS:
+        schema = tables["default"][split].schema
         fields = [mlc.Field(id=f"{split}/{name}", name=name,
                             data_types=[mlc.DataType.INTEGER if name.endswith("tokens") else mlc.DataType.TEXT],
                             source=mlc.Source(file_object=f"data/{split}.parquet", extract=mlc.Extract(column=name)))
@@ -229,7 +295,7 @@ def _write_croissant(folder: Path, version: str, params, schema: pa.Schema) -> N
         name=f"step-tp-v{version}", version=version, license=[rel["license"]],
         description="Step-level verified LEIR tensor-program transformations with chain of thought.",
         url=rel.get("url", "https://example.org/step-tp"), cite_as=rel.get("cite_as", "Step-TP (Liu et al., 2026)"),
-        date_published=rel.get("date"), distribution=distribution, record_sets=record_sets)
+        date_published=datetime.datetime.fromisoformat(date), distribution=distribution, record_sets=record_sets)
     (folder / "croissant.json").write_text(json.dumps(metadata.to_json(), indent=1, sort_keys=True, default=str)
                                            + "\n")
 
@@ -240,8 +306,8 @@ def release_flow(raw: dict, profile: str, lake: str, reports: str, version: str 
     version = version or params.release["version"]
     steps, _ = release_inputs(lake, params)
     gate = json.loads((Path(reports) / "gate.json").read_text())
-    if not gate.get("success"):
-        raise GateFailed("the release gate did not pass; run the validate stage")
+    if not gate.get("success"):  # a refusal, returned like the validate stage's (see flows.validate)
+        return {"stage": "release", "refused": "the release gate did not pass; run the validate stage"}
     counters = json.loads((Path(reports) / "filter.json").read_text())
     existing = lake / "releases" / f"v{version}"
     if existing.exists():

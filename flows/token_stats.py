@@ -124,6 +124,20 @@ def _one_line(e: Exception) -> str:
     return lines[-1] if lines else type(e).__name__
 
 
+def count_program_isolated(leir: str, signature) -> dict:
+    """`count_program`, and when it raises anyway (a bug met by one program), that program's row has
+    the error and `exception` ({"type", "message", "file", "line"}) so that the others are counted."""
+    try:
+        return count_program(leir, signature)
+    except Exception as e:
+        from leir.errors import describe_exception
+
+        info = describe_exception(e)
+        out = {c: None for c in COUNT_COLUMNS} | {"n_nests": None, "n_loops": None, "n_stmts": None,
+                                                  "n_accesses": None}
+        return out | {"error": f"{info['type']}: {info['message']}", "exception": info}
+
+
 def count_many(items: Iterable[tuple[str, object]], workers: int = 1,
                on_done: Callable[[], None] | None = None) -> Iterator[dict]:
     """`count_program` over (leir, signature) pairs, results in input order; `workers` > 1 runs them on
@@ -133,14 +147,14 @@ def count_many(items: Iterable[tuple[str, object]], workers: int = 1,
     items = list(items)
     if workers <= 1 or len(items) <= 1:
         for leir, sig in items:
-            yield count_program(leir, sig)
+            yield count_program_isolated(leir, sig)
             if on_done:
                 on_done()
         return
     import leir.lower  # noqa: F401 - import TVM and load the vocabulary once, before the threads race
     count_tokens("")
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        for result in pool.map(lambda it: count_program(*it), items):
+        for result in pool.map(lambda it: count_program_isolated(*it), items):
             if on_done:
                 on_done()
             yield result

@@ -308,10 +308,19 @@ def serve(conn: Connection, threads: int) -> None:
         try:
             reply = ("ok", fn(*args))
         except BaseException as e:  # a job must never take its worker down with a Python error
-            reply = ("error", f"{type(e).__name__}: {e}")
+            reply = ("error", _error_text(e))
         try:
             conn.send(reply)
         except (BrokenPipeError, OSError):
             return
         except Exception as e:  # an unpicklable result
             conn.send(("error", f"result could not be sent back: {type(e).__name__}: {e}"))
+
+
+def _error_text(error: BaseException) -> str:
+    """`Type: message (at file:line)` of what a job raised: where it raised is what a bug report needs."""
+    from leir.errors import describe_exception
+
+    info = describe_exception(error)
+    where = f" (at {info['file']}:{info['line']})" if info["file"] else ""
+    return f"{info['type']}: {info['message']}{where}"

@@ -33,3 +33,26 @@ def _one_of(items: list[str]) -> str:
     if len(items) <= 24:
         return "one of " + ", ".join(items)
     return "one of " + ", ".join(items[:24]) + f", ... ({len(items)} in all)"
+
+
+def describe_exception(error: BaseException, source: str | None = None) -> dict:
+    """`{"type", "message", "file", "line"}` of an exception, for the error line of a batch item.
+
+    The location is the innermost traceback frame in `source` (the user's own file, e.g. a problem
+    file whose code raised) when the traceback passes through it, else the innermost frame; a
+    `SyntaxError` gives its own file and line. `file` and `line` are None when nothing is known.
+    """
+    import os
+    import traceback
+
+    file, line = None, None
+    if isinstance(error, SyntaxError) and error.filename:
+        file, line = error.filename, error.lineno
+    elif error.__traceback__ is not None:
+        frames = traceback.extract_tb(error.__traceback__)
+        wanted = os.path.realpath(source) if source else None
+        chosen = [f for f in frames if wanted and os.path.realpath(f.filename) == wanted] or frames
+        if chosen:
+            file, line = chosen[-1].filename, chosen[-1].lineno
+    message = error.message() if isinstance(error, LeirSyntaxError) else str(error)
+    return {"type": type(error).__name__, "message": message, "file": file, "line": line}

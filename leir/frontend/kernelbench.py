@@ -31,15 +31,21 @@ class Problem:
     shrunk: dict[str, int | tuple] = field(default_factory=dict)  # constants changed by --max-elements
     model: torch.nn.Module | None = None
     inputs: list = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what was done to make it translatable (said in the record)
 
 
-def read_constants(path: Path) -> dict[str, int | float]:
-    """Module-level `NAME = <number or arithmetic of earlier constants>` assignments, in order."""
+def read_constants(path: Path, overrides: dict | None = None) -> dict[str, int | float]:
+    """Module-level `NAME = <number or arithmetic of earlier constants>` assignments, in order (with
+    `overrides` replacing the values of some; constants derived from them follow)."""
     tree = _parse(path)
     values: dict[str, int | float] = {}
+    overrides = overrides or {}
     for stmt in tree.body:
         name = _assigned_name(stmt)
         if name is None:
+            continue
+        if name in overrides:
+            values[name] = overrides[name]
             continue
         value = _arithmetic(stmt.value, values)
         if isinstance(stmt.value, ast.Tuple):  # a shape such as `input_shape = (4096,)`
@@ -81,7 +87,52 @@ def _parse(path: Path) -> ast.Module:
     except (OSError, SyntaxError) as e:
         raise ProblemError(f"{path}: cannot read the problem file: {e}") from None
     tree.body = [part for stmt in tree.body for part in _split_assignment(stmt)]
-    return tree
+    tree.body = [part for stmt in tree.body for part in _lift_input_literals(stmt)]
+    return ast.fix_missing_locations(tree)
+
+
+def root_constants(path: Path) -> set[str]:
+    """Constants whose value is written out (`N = 2048 * 2`, `kernel = (3, 5)`), not derived from
+    others (`shape = (N, 1)`): the ones to shrink, so that derived ones follow."""
+    roots = set()
+    for stmt in _parse(path).body:
+        name = _assigned_name(stmt)
+        if name is not None and not any(isinstance(n, ast.Name) for n in ast.walk(stmt.value)):
+            roots.add(name)
+    return roots
+
+
+LITERAL_PREFIX = "get_inputs_literal_"
+
+
+def _lift_input_literals(stmt) -> list:
+    """`torch.rand(batch_size, 3, 224, 224)` in `get_inputs()`: each integer literal (>= 2) given to a
+    call becomes a module-level constant `get_inputs_literal_<line>_<column>` assigned just before the
+    function, so that --set and --max-elements can size it like any named constant."""
+    if not (isinstance(stmt, ast.FunctionDef) and stmt.name == "get_inputs"):
+        return [stmt]
+    lifted = []
+
+    class Lift(ast.NodeTransformer):
+        def visit_Call(self, call):
+            self.generic_visit(call)
+            for k, arg in enumerate(call.args):
+                if isinstance(arg, ast.Constant) and type(arg.value) is int and arg.value >= 2:
+                    name = f"{LITERAL_PREFIX}{arg.lineno}_{arg.col_offset}"
+                    lifted.append(ast.copy_location(ast.Assign([ast.Name(name, ast.Store())], arg), stmt))
+                    call.args[k] = ast.copy_location(ast.Name(name, ast.Load()), arg)
+            return call
+
+    Lift().visit(stmt)
+    return [*lifted, stmt]
+
+
+def constant_label(name: str) -> str:
+    """How a constant is named in messages (a lifted literal by its place in the file)."""
+    if name.startswith(LITERAL_PREFIX):
+        line, column = name.removeprefix(LITERAL_PREFIX).split("_")
+        return f"the literal at line {line}, column {int(column) + 1} of get_inputs()"
+    return name
 
 
 def _split_assignment(stmt) -> list:
@@ -131,7 +182,7 @@ def load_module(path: Path, overrides: dict[str, int | float]):
 
 def _instantiate(module, device: str | None = None):
     ctx = torch.device(device) if device else _NoDevice()
-    with ctx:
+    with ctx, DeviceRedirect(device or "cpu"):
         init = list(module.get_init_inputs())
         model = module.Model(*init)
         inputs = list(module.get_inputs())
@@ -146,57 +197,122 @@ class _NoDevice:
         return False
 
 
+class DeviceRedirect(torch.overrides.TorchFunctionMode):
+    """Problem files written for a GPU (`torch.rand(..., device='cuda')`, `x.cuda()`) build their tensors
+    on `device` (the CPU, or `meta` while probing sizes): the program is the same wherever it runs."""
+
+    def __init__(self, device: str):
+        super().__init__()
+        self.device = torch.device(device)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if _is_gpu(kwargs.get("device")):
+            kwargs["device"] = self.device
+        if func in (torch.Tensor.cuda,):
+            return args[0]
+        if func is torch.Tensor.to:
+            args = tuple(self.device if _is_gpu(a) else a for a in args)
+        return func(*args, **kwargs)
+
+
+def _is_gpu(device) -> bool:
+    if isinstance(device, str):
+        return device.split(":")[0] == "cuda"
+    return isinstance(device, torch.device) and device.type == "cuda"
+
+
+CPU_PROBE_ELEMENTS = 1 << 22  # inputs small enough to run for real when the meta device cannot
+
+
 def _probe(path: Path, values: dict) -> list[int]:
-    """Element counts of the inputs; raises when the model does not build or run (meta device)."""
+    """Element counts of the inputs; raises when the model does not build or run (on the meta device;
+    a model whose Python needs values, `if x.mean() > 0`, runs on the CPU once its inputs are small,
+    and is taken as running while they are larger)."""
     module = load_module(path, values)
     model, inputs = _instantiate(module, "meta")
-    with torch.no_grad():
-        model(*inputs)
-    return [x.numel() for x in inputs if isinstance(x, torch.Tensor)]
+    sizes = [x.numel() for x in inputs if isinstance(x, torch.Tensor)]
+    try:
+        with torch.no_grad():
+            model(*inputs)
+    except Exception as e:
+        if "meta" not in str(e):
+            raise
+        if sum(sizes) <= CPU_PROBE_ELEMENTS:
+            model, inputs = _instantiate(module)
+            with torch.no_grad():
+                model(*inputs)
+    return sizes
 
 
 def _excess(sizes: list[int], limit: int) -> int:
     return sum(max(0, s - limit) for s in sizes)
 
 
-def shrink_constants(path: Path, values: dict, fixed: set[str], limit: int) -> dict[str, int]:
-    """Halve integer constants (largest first) until every input has at most `limit` elements."""
-    values = dict(values)
+@dataclass
+class Shrink:
+    """What `shrink_constants` did: the root constants it changed, and those it had to keep."""
+
+    changed: dict
+    kept: list[str]
+    reached: bool
+    largest: int
+
+
+def shrink_constants(path: Path, values: dict, fixed: set[str], limit: int) -> Shrink:
+    """Halve written-out integer constants (largest first; equal ones together, e.g. a batch size and
+    a length that must stay equal) until every input has at most `limit` elements, or nothing more
+    can be halved."""
+    overrides = {k: v for k, v in values.items() if k in fixed}
     try:
-        sizes = _probe(path, values)
+        sizes = _probe(path, overrides)
     except ProblemError:
         raise
     except Exception as e:
         raise ProblemError(f"{path}: the model does not run with these constants: {type(e).__name__}: {e}") from None
-    frozen = set(fixed)
+    roots = root_constants(path) - set(fixed)
+    current = dict(values)
+    frozen: set = set()
     while _excess(sizes, limit) > 0:
-        step = _shrink_step(path, values, frozen, sizes, limit)
+        step = _shrink_step(path, current, roots, overrides, frozen, sizes, limit)
         if step is None:
-            raise ProblemError(f"{path}: cannot shrink the inputs to at most {limit} elements (now "
-                               f"{max(sizes)}); constants kept: {_describe(values, frozen)}")
-        values, sizes = step
-    return {k: v for k, v in values.items() if v != read_constants(path).get(k)}
+            break
+        current, overrides, sizes = step
+    original = read_constants(path)
+    changed = {k: v for k, v in overrides.items() if k not in fixed and v != original.get(k)}
+    kept = sorted({k if isinstance(k, str) else k[0] for k in frozen} - set(changed))
+    return Shrink(changed, kept, _excess(sizes, limit) == 0, max(sizes, default=0))
 
 
-def _shrink_step(path, values, frozen, sizes, limit):
-    """One halving that reduces the inputs' excess over `limit`; `frozen` learns the constants that
-    must keep their value or do not size the inputs. Candidates: int constants and tuple elements."""
-    for key, _ in sorted(_candidates(values, frozen), key=lambda c: (-c[1], c[0])):
-        trial = {**values, key[0]: _halved(values[key[0]], key[1])}
-        try:
-            trial_sizes = _probe(path, trial)
-        except Exception:
-            frozen.add(key)  # the model needs this value (kernel size, divisibility, head count ...)
-            continue
-        if _excess(trial_sizes, limit) < _excess(sizes, limit):
-            return trial, trial_sizes
-        frozen.add(key)  # does not size the inputs
+def _shrink_step(path, values, roots, overrides, frozen, sizes, limit):
+    """One halving that reduces the inputs' excess over `limit`: all candidates of the largest value
+    together first, then one at a time; `frozen` learns the ones that must keep their value or do
+    not size the inputs. Candidates: int root constants and tuple elements."""
+    candidates = sorted(_candidates(values, roots, frozen), key=lambda c: (-c[1], c[0]))
+    for value in sorted({v for _, v in candidates}, reverse=True):
+        group = [key for key, v in candidates if v == value]
+        trials = ([group] if len(group) > 1 else []) + [[key] for key in group]
+        for keys in trials:
+            trial = dict(overrides)
+            for name, index in keys:
+                trial[name] = _halved(trial.get(name, values[name]), index)
+            try:
+                trial_sizes = _probe(path, trial)
+            except Exception:
+                if len(keys) == 1:
+                    frozen.add(keys[0])  # the model needs this value (kernel size, divisibility, heads ...)
+                continue
+            if _excess(trial_sizes, limit) < _excess(sizes, limit):
+                return read_constants(path, trial), trial, trial_sizes
+            if len(keys) == 1:
+                frozen.add(keys[0])  # does not size the inputs
     return None
 
 
-def _candidates(values, frozen):
-    for name, v in values.items():
-        if name in frozen:
+def _candidates(values, roots, frozen):
+    for name in sorted(roots):
+        v = values.get(name)
+        if isinstance(v, bool):
             continue
         if isinstance(v, int) and v >= 2 and (name, None) not in frozen:
             yield (name, None), v
@@ -210,29 +326,94 @@ def _halved(value, index):
     return value[:index] + (value[index] // 2,) + value[index + 1:]
 
 
-def _describe(values, frozen) -> str:
-    names = sorted({k if isinstance(k, str) else k[0] for k in frozen})
-    return ", ".join(f"{k}={values[k]}" for k in names if k in values) or "none"
-
-
 def load_problem(path: str | Path, overrides: dict[str, int | float] | None = None,
-                 max_elements: int | None = None) -> Problem:
-    """Load, override, optionally shrink, then build the model and its example inputs (CPU)."""
+                 max_elements: int | None = None, strict: bool = True) -> Problem:
+    """Load, override, optionally shrink, then build the model and its example inputs (CPU).
+
+    When the inputs cannot be shrunk to `max_elements`, `strict` raises ProblemError; otherwise the
+    problem is built at the smallest size found and `notes` says which constants could not shrink."""
     path = Path(path)
     overrides = dict(overrides or {})
-    constants = {**read_constants(path), **overrides}
-    shrunk: dict[str, int] = {}
+    constants = read_constants(path, overrides)
+    shrunk: dict = {}
+    notes: list[str] = []
     if max_elements is not None:
-        shrunk = shrink_constants(path, constants, set(overrides), max_elements)
-        shrunk = {k: v for k, v in shrunk.items() if k not in overrides}
-        constants.update(shrunk)
-    module = load_module(path, {k: v for k, v in constants.items() if k in overrides or k in shrunk})
+        result = shrink_constants(path, constants, set(overrides), max_elements)
+        shrunk = result.changed
+        if not result.reached:
+            kept = ", ".join(f"{constant_label(k)}={constants[k]}" for k in result.kept if k in constants) or "none"
+            message = (f"cannot shrink the inputs to at most {max_elements} elements (largest input now "
+                       f"{result.largest}); constants that could not shrink: {kept}")
+            if strict:
+                raise ProblemError(f"{path}: {message}")
+            notes.append(message)
+        constants = read_constants(path, {**overrides, **shrunk})
+    module = load_module(path, {**overrides, **shrunk})
     torch.manual_seed(0)
     try:
         model, inputs = _instantiate(module)
     except Exception as e:
         raise ProblemError(f"{path}: building the model fails: {type(e).__name__}: {e}") from None
-    return Problem(path, constants, shrunk, model, inputs)
+    notes += _deterministic(model)
+    if shrunk:
+        inputs, redrawn = _indices_in_range(path, model, inputs)
+        notes += redrawn
+    return Problem(path, constants, shrunk, model, inputs, notes)
+
+
+def load_problem_meta(path: str | Path, overrides: dict[str, int | float] | None = None) -> Problem:
+    """The problem at its own sizes (with `overrides`) on the `meta` device: shapes without storage,
+    so that a 4096-wide matmul is traced for its program without allocating it."""
+    path = Path(path)
+    overrides = dict(overrides or {})
+    module = load_module(path, overrides)
+    try:
+        model, inputs = _instantiate(module, "meta")
+    except Exception as e:
+        raise ProblemError(f"{path}: building the model fails: {type(e).__name__}: {e}") from None
+    notes = _deterministic(model)
+    return Problem(path, read_constants(path, overrides), {}, model, inputs, notes)
+
+
+def _deterministic(model: torch.nn.Module) -> list[str]:
+    """Dropout layers in eval mode (the identity): a random mask has no deterministic program."""
+    dropouts = [name for name, m in model.named_modules() if isinstance(m, torch.nn.modules.dropout._DropoutNd)
+                and m.training and m.p > 0]
+    for name in dropouts:
+        model.get_submodule(name).eval()
+    return [f"dropout evaluated as the identity (eval mode): {', '.join(dropouts)}"] if dropouts else []
+
+
+def _indices_in_range(path: Path, model, inputs: list) -> tuple[list, list[str]]:
+    """Integer inputs drawn with the original sizes (class targets, gather indices) may point past a
+    shrunk dimension: when the model rejects them, redraw them below ever smaller bounds (the
+    original range halved again and again, as the dimensions were), seeded by the file's name."""
+    if _runs(model, inputs):
+        return inputs, []
+    positions = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and not x.is_floating_point()
+                 and x.dtype != torch.bool and x.numel() and int(x.min()) >= 0]
+    if not positions:
+        return inputs, []
+    top = max(int(inputs[i].max()) + 1 for i in positions)
+    generator = torch.Generator().manual_seed(int.from_bytes(path.name.encode()[:8].ljust(8, b"\0"), "little"))
+    bound = top
+    while bound > 1:
+        bound = (bound + 1) // 2
+        trial = list(inputs)
+        for i in positions:
+            trial[i] = torch.randint(0, bound, tuple(inputs[i].shape), dtype=inputs[i].dtype, generator=generator)
+        if _runs(model, trial):
+            return trial, [f"integer inputs redrawn in [0, {bound}) to index the shrunk dimensions"]
+    return inputs, []
+
+
+def _runs(model, inputs) -> bool:
+    try:
+        with torch.no_grad():
+            model(*inputs)
+        return True
+    except (IndexError, RuntimeError):
+        return False
 
 
 def parse_assignment(text: str) -> tuple[str, int | float]:

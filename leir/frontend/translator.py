@@ -54,7 +54,9 @@ class Translation:
 
 
 def translate(module: torch.nn.Module, inputs: Sequence, dtype: str | None = None) -> Translation:
-    """Translate `module` called on `inputs` (tensors; other values are baked in as constants)."""
+    """Translate `module` called on `inputs` (tensors; other values are baked in as constants). A module
+    and inputs on the `meta` device translate too (only shapes are needed): the program at sizes too
+    large to run, whose `reference` cannot be called and whose `example_inputs` are empty."""
     float_code = code_of(dtype or _input_float_dtype(inputs))
     module64 = wrap_leaf(_as_float64(module), len(inputs))
     inputs64 = [_tensor_float64(x) for x in inputs]
@@ -66,8 +68,10 @@ def translate(module: torch.nn.Module, inputs: Sequence, dtype: str | None = Non
     program = _emit(gm, values, calls, plan)
     signature = _signature(plan)
     reference = make_reference(module64, gm, plan, inputs64)
-    examples = {r.name: _numpy(x) for r, x in zip(plan.inputs, [x for x in inputs64 if torch.is_tensor(x)],
-                                                   strict=True)}
+    tensors = [x for x in inputs64 if torch.is_tensor(x)]
+    # on the meta device (a model at its own, possibly huge, sizes) there are shapes but no values
+    examples = {} if any(x.is_meta for x in tensors) else \
+        {r.name: _numpy(x) for r, x in zip(plan.inputs, tensors, strict=True)}
     return Translation(program, signature, reference, examples)
 
 
@@ -116,7 +120,9 @@ def _emit(gm: fx.GraphModule, values, calls: dict[fx.Node, OpCall], plan: NamePl
     em = Emitter(plan.used_names())
     env: dict[fx.Node, object] = dict(plan.nodes)
     for node in gm.graph.nodes:
-        if node.op == "get_attr":
+        if node.op == "placeholder" and node not in env:
+            env[node] = _scalar_argument(node, values)
+        elif node.op == "get_attr":
             attr = fetch_attr(gm, node.target)
             env[node] = plan.tensors.get(id(attr), attr)
         elif node in calls:
@@ -126,6 +132,18 @@ def _emit(gm: fx.GraphModule, values, calls: dict[fx.Node, OpCall], plan: NamePl
         elif node.op == "output":
             _emit_output(em, node.args[0], env, plan)
     return em.program()
+
+
+def _scalar_argument(node: fx.Node, values):
+    """A forward argument that is not a tensor (`s` in `A * s`, from `get_inputs()`) is baked into the
+    program as the constant it was called with; the reference is called with the same value."""
+    value = values.get(node)
+    if isinstance(value, bool | int | float) or value is None:
+        return value
+    if isinstance(value, tuple | list) and all(isinstance(v, bool | int | float) for v in value):
+        return value
+    raise TranslationError(f"forward argument {node.name!r} is a {type(value).__name__}; the translator takes "
+                           "tensors and numbers")
 
 
 def _tuple_element(node: fx.Node, values) -> int | None:

@@ -55,7 +55,7 @@ def test_every_stage_produces_its_tables_and_the_release(tiny_lake):
     search = json.loads((root / "reports" / "search.json").read_text())
     assert set(search["drivers"]) == {"greedy", "mcts"}
     release = Path(by_stage["release"]["path"])
-    assert (release / "croissant.json").exists() and (release / "chat" / "train.jsonl").exists()
+    assert (release / "croissant.json").exists() and (release / "chat" / "train.parquet").exists()
     summary = json.loads((root / "reports" / "summary.json").read_text())
     assert summary["programs_verified"] == 2 and summary["verification_pass_rate"] > 0.9
     assert (root / "reports" / "strategy_distribution.png").stat().st_size > 1000

@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+import pyarrow.parquet as pq
 import pytest
 from test_filtering import tables
 
@@ -33,22 +34,91 @@ def test_release_files_and_croissant(tmp_path, inputs):
 
     out = build(tmp_path / "lake", inputs)
     names = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
-    assert names == ["CHANGELOG.md", "README.md", "chat/test.jsonl", "chat/train.jsonl", "croissant.json",
-                     "data/steps.parquet", "data/test.parquet", "data/train.parquet"]
+    assert names == ["CHANGELOG.md", "README.md", "chat/test.parquet", "chat/train.parquet", "chat_jsonl/test.jsonl",
+                     "chat_jsonl/train.jsonl", "croissant.json", "data/steps.parquet", "data/test.parquet",
+                     "data/train.parquet"]
     card = (out / "README.md").read_text()
     assert card.startswith("---\nlicense: apache-2.0\n") and "num_examples" in card and "MAJOR" in card
     meta = json.loads((out / "croissant.json").read_text())
+    assert meta["datePublished"] == "2026-12-01"  # release.date of params.yaml, not the clock
     listed = {d["contentUrl"]: d["sha256"] for d in meta["distribution"]}
     assert set(listed) == set(names) - {"croissant.json"}
     for name, digest in listed.items():
         assert hashlib.sha256((out / name).read_bytes()).hexdigest() == digest
     dataset = mlc.Dataset(jsonld=str(out / "croissant.json"))
     records = list(dataset.records("train"))
-    n_train = sum(1 for _ in (out / "chat/train.jsonl").open())
+    n_train = sum(1 for _ in (out / "chat_jsonl/train.jsonl").open())
     assert len(records) == n_train > 0
-    line = json.loads((out / "chat/train.jsonl").read_text().splitlines()[0])
+    line = json.loads((out / "chat_jsonl/train.jsonl").read_text().splitlines()[0])
     assert [m["role"] for m in line["messages"]] == ["user", "assistant"]
     assert line["messages"][1]["content"].startswith("<think>")
+    chat = pq.read_table(out / "chat/train.parquet")
+    assert chat.num_rows == n_train and chat.column("messages")[0].as_py() == line["messages"]
+
+
+def test_card_dataset_info_describes_every_config_and_split(tmp_path, inputs):
+    import yaml
+
+    out = build(tmp_path / "lake", inputs)
+    header = yaml.safe_load((out / "README.md").read_text().split("---")[1])
+    configs = {c["config_name"]: c for c in header["configs"]}
+    assert {f["path"].rsplit(".", 1)[1] for c in configs.values() for f in c["data_files"]} == {"parquet"}
+    info = {i["config_name"]: i for i in header["dataset_info"]}
+    assert set(info) == set(configs) == {"default", "chat"}
+    for name, folder in (("default", "data"), ("chat", "chat")):
+        splits = {s["name"]: s for s in info[name]["splits"]}
+        for split in ("train", "test"):
+            table = pq.read_table(out / folder / f"{split}.parquet")
+            assert splits[split] == {"name": split, "num_bytes": table.nbytes, "num_examples": table.num_rows}
+        assert info[name]["dataset_size"] == sum(s["num_bytes"] for s in splits.values())
+        assert info[name]["download_size"] == sum((out / folder / f"{s}.parquet").stat().st_size for s in splits)
+    assert info["chat"]["features"] == [{"name": "messages", "list": [{"name": "role", "dtype": "string"},
+                                                                      {"name": "content", "dtype": "string"}]}]
+    assert [f["name"] for f in info["default"]["features"]] == pq.read_schema(out / "data/train.parquet").names
+
+
+def test_release_date_comes_from_params_never_the_clock(tmp_path, inputs):
+    params, samples, steps, counters = inputs
+    undated = load_params(overrides={"release": {"date": "someday"}})
+    with pytest.raises(ReleaseError, match="release.date"):
+        make_release(tmp_path / "lake", "0.1.0", samples, steps, undated, {"success": True}, [])
+
+
+@pytest.mark.slow
+def test_standard_clients_load_both_configs_without_warnings(tmp_path, inputs, monkeypatch):
+    """`datasets.load_dataset(DIR)` and `(DIR, "chat")`, and mlcroissant, on a fresh release: the data
+    comes back, and neither complains about the card's metadata or the Croissant file."""
+    import logging
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    import datasets
+    import mlcroissant as mlc
+
+    out = build(tmp_path / "lake", inputs)
+    heard = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: heard.append(record.getMessage())
+    loggers = [logging.getLogger(), datasets.logging.get_logger()]
+    for logger in loggers:
+        logger.addHandler(handler)
+    try:
+        default = datasets.load_dataset(str(out), cache_dir=str(tmp_path / "cache"))
+        chat = datasets.load_dataset(str(out), "chat", cache_dir=str(tmp_path / "cache"))
+        records = list(mlc.Dataset(jsonld=str(out / "croissant.json")).records("test"))
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+    assert [m for m in heard if "dataset_info" in m or "recommended" in m or "warning" in m.lower()] == []
+    samples = inputs[1]
+    for split in ("train", "test"):
+        n = sum(1 for s in samples.column("split").to_pylist() if s == split)
+        assert default[split].num_rows == chat[split].num_rows == n > 0
+    assert default["train"].info.splits["train"].num_bytes > 0
+    assert [m["role"] for m in chat["test"][0]["messages"]] == ["user", "assistant"]
+    assert chat["test"][0]["messages"][0]["content"] == default["test"][0]["prompt"]
+    assert len(records) == default["test"].num_rows
 
 
 def test_rebuild_is_byte_identical(tmp_path, inputs):

@@ -3,6 +3,7 @@ One pool serves every test (the `pool` fixture); each test leaves it working for
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from gpu_tasks import testing
 from gpu_tasks.jobs import cache_stats_job
@@ -46,7 +47,8 @@ def test_a_hung_job_times_out_and_the_pool_goes_on(pool):
 
 def test_a_python_error_in_a_job_is_reported_not_raised(pool):
     [result] = pool.run([Job(testing.raise_error, ("boom",))])
-    assert result == JobFailure("error", "ValueError: boom")
+    where = f"{Path(testing.__file__).resolve()}:"  # the message says where it raised
+    assert result.kind == "error" and result.message.startswith(f"ValueError: boom (at {where}")
 
 
 def test_pool_failures_become_verification_statuses():

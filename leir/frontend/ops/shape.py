@@ -326,6 +326,47 @@ def eye(em, out, *_, **__):
     copy_nest(em, out, lambda r, c: select(X(r).eq(c), 1, 0))
 
 
+@op("tensor", "scalar_tensor", "as_tensor")
+def tensor(em, out, data, *_, **__):
+    """`torch.tensor(0.5, device=x.device)` in forward: a constant the trace could not fold (one of its
+    arguments came from a tensor); a number, or nested lists of numbers."""
+    if isinstance(data, bool | int | float):
+        return _fill(em, out, int(data) if isinstance(data, bool) else data)
+    flat = _flat_numbers(data)
+    if flat is None or len(flat) != out.numel():
+        raise UnsupportedForm("torch.tensor of something other than numbers")
+    em.nest((), lambda: [store(out, _unravel(k, out.shape), value) for k, value in enumerate(flat)])
+
+
+def _flat_numbers(data):
+    if isinstance(data, bool | int | float):
+        return [int(data) if isinstance(data, bool) else data]
+    if isinstance(data, list | tuple):
+        parts = [_flat_numbers(d) for d in data]
+        return None if any(p is None for p in parts) else [x for p in parts for x in p]
+    return None
+
+
+def _unravel(k: int, shape) -> list[int]:
+    index = []
+    for size in reversed(shape):
+        index.append(k % size)
+        k //= size
+    return index[::-1]
+
+
+@op("diag")
+def diag(em, out, x, diagonal=0, *_, **__):
+    """A vector to its diagonal matrix (`torch.diag(v)`), or a matrix to its diagonal vector."""
+    if x.rank == 1 and diagonal == 0:
+        copy_nest(em, out, lambda r, c: select(X(c).eq(r), x.at(r), 0))
+        return
+    if x.rank == 2:
+        copy_nest(em, out, lambda i: x.at(affine(i, 1, max(0, -diagonal)), affine(i, 1, max(0, diagonal))))
+        return
+    raise UnsupportedForm(f"diag of a rank-{x.rank} tensor")
+
+
 
 @op("getattr")
 def tensor_attribute(em, out, x, name):

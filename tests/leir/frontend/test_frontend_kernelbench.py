@@ -95,6 +95,114 @@ def test_cli_translate_prints_one_json_line_per_file_and_fails_on_any_failure():
     assert result.exit_code == 1
     assert [r["ok"] for r in lines] == [True, False]
     good, bad = lines
-    assert set(good) == {"file", "ok", "leir", "signature", "verification", "error"}
-    assert good["verification"]["status"] == "exact" and good["leir"].startswith("B^{4}_{tx=0}")
-    assert "torch.sort" in bad["error"] and bad["leir"] is None
+    assert set(good) == {"file", "ok", "leir", "signature", "verification", "error", "notes", "sizes",
+                         "same_structure"}
+    assert good["verification"]["status"] == "exact" and good["leir"].startswith("B^{4}_{tx=0}L^{16384}_{a=0}")
+    assert good["sizes"]["emitted"]["A"] == [4, 16384] and good["sizes"]["verified"]["A"] == [4, 64]
+    assert good["sizes"]["constants_changed"] == {"dim": [16384, 64]} and good["same_structure"]
+    assert "torch.sort" in bad["error"] and bad["leir"] is None and bad["exception"]["type"] == "UnsupportedOperator"
+
+
+# --- issue 15: KernelBench at full coverage ---------------------------------------------------------
+
+def _verified(problem, dtype="float64"):
+    t = translate(problem.model, problem.inputs, dtype=dtype)
+    if have_verifier():
+        from gpu_tasks.verify import verify_against_reference
+
+        v = verify_against_reference(t.program, t.signature, t.reference)
+        assert v.status in ("exact", "close"), v
+    else:
+        assert interpret_error(t) < 1e-9
+    return t
+
+
+def test_a_scalar_argument_of_forward_becomes_a_constant_of_the_program():
+    t = _verified(load_problem(PROBLEMS / "5_scalar_argument.py", max_elements=256))
+    assert "*3.14;" in t.text and [s.name for s in t.signature.inputs] == ["A"]
+
+
+def test_class_targets_are_redrawn_inside_the_shrunk_class_count():
+    problem = load_problem(PROBLEMS / "95_targets_fixed_range.py", max_elements=16)
+    predictions, targets = problem.inputs
+    assert predictions.shape == (2, 8) and int(targets.max()) < 8
+    assert any("redrawn in [0, 6)" in note for note in problem.notes)
+    _verified(problem)
+    again = load_problem(PROBLEMS / "95_targets_fixed_range.py", max_elements=16)
+    assert torch.equal(again.inputs[1], targets)  # seeded by the file: the same draw every time
+
+
+def test_a_file_written_for_a_gpu_builds_on_the_cpu():
+    problem = load_problem(PROBLEMS / "97_written_for_gpu.py", max_elements=512)
+    assert all(x.device.type == "cpu" for x in problem.inputs)
+    _verified(problem)
+
+
+def test_sizes_that_must_stay_equal_are_halved_together():
+    problem = load_problem(PROBLEMS / "100_coupled_sizes.py", max_elements=4096)
+    assert problem.shrunk == {"batch_size": 64, "input_shape": (64,)}
+    _verified(problem)
+
+
+def test_literal_sizes_in_get_inputs_shrink_and_dropout_is_the_identity():
+    problem = load_problem(PROBLEMS / "50_literal_sizes.py", max_elements=1024)
+    assert tuple(problem.inputs[0].shape) == (8, 3, 6, 6)  # largest first, equal ones together
+    assert set(problem.shrunk) == {"batch_size", "get_inputs_literal_21_38", "get_inputs_literal_21_42"}
+    assert problem.notes == ["dropout evaluated as the identity (eval mode): dropout"]
+    _verified(problem)
+
+
+def test_max_elements_shrinks_what_it_can_and_names_what_it_could_not():
+    problem = load_problem(PROBLEMS / "63_conv_standard_2D.py",
+                           {"batch_size": 1, "in_channels": 3, "height": 8, "width": 8}, max_elements=10,
+                           strict=False)
+    [note] = problem.notes
+    assert "cannot shrink the inputs to at most 10 elements" in note and "kernel_size=3" in note
+    with pytest.raises(ProblemError, match="could not shrink: .*kernel_size=3"):
+        load_problem(PROBLEMS / "63_conv_standard_2D.py",
+                     {"batch_size": 1, "in_channels": 3, "height": 8, "width": 8}, max_elements=10)
+
+
+def test_meta_translation_gives_the_program_at_the_files_own_sizes():
+    from leir.frontend.kernelbench import load_problem_meta
+    from leir.frontend.sizes import same_structure
+
+    full = load_problem_meta(PROBLEMS / "1_Conv2D_ReLU_BiasAdd.py")
+    assert all(x.is_meta for x in full.inputs)
+    big = translate(full.model, full.inputs)
+    small = _verified(load_problem(PROBLEMS / "1_Conv2D_ReLU_BiasAdd.py", max_elements=1024), dtype=None)
+    assert big.signature.inputs[0].shape == tuple(full.inputs[0].shape) and big.example_inputs == {}
+    assert big.text != small.text and same_structure(big.program, small.program)
+
+
+def test_structure_differs_when_shrinking_changes_more_than_sizes():
+    from leir.frontend.sizes import same_structure
+    from leir.parse import parse_program
+
+    a = parse_program("B^{8}_{tx=0}L^{4}_{a=0}[C^{f32,g}_{tx,a}=A^{f32,g}_{tx,a}+E^{f32,g}_{a};];")
+    b = parse_program("B^{2}_{tx=0}L^{2}_{a=0}[C^{f32,g}_{tx,a}=A^{f32,g}_{tx,a}+E^{f32,g}_{a};];")
+    broadcast = parse_program("B^{2}_{tx=0}L^{2}_{a=0}[C^{f32,g}_{tx,a}=A^{f32,g}_{tx,a}+E^{f32,g}_{0};];")
+    assert same_structure(a, b) and not same_structure(a, broadcast)
+
+
+def test_tensor_constants_made_in_forward_and_diag_translate():
+    class Clip(torch.nn.Module):
+        def forward(self, x, v):
+            return torch.min(x, torch.tensor(0.25, device=x.device)) + torch.diag(v) @ x
+
+    t = translate(Clip(), [torch.randn(6, 6), torch.randn(6)], dtype="float64")
+    assert interpret_error(t) < 1e-9
+
+
+@pytest.mark.skipif(not have_verifier(), reason="TVM lowering not available")
+def test_translate_record_falls_back_to_the_verified_instance_when_meta_tracing_fails():
+    from cli.translate import translate_one
+
+    record = translate_one(PROBLEMS / "9_value_dependent_branch.py", [], 256, "float64")
+    assert record["ok"] and record["same_structure"]
+    assert record["sizes"]["emitted"] == record["sizes"]["verified"] == {"A": [16, 16], "C": [16, 16]}
+    assert "could not be traced on the meta device" in record["notes"][-1]
+    original = translate_one(PROBLEMS / "19_ReLU.py", ["batch_size=4"], 256, "float64")
+    shrunk = translate_one(PROBLEMS / "19_ReLU.py", ["batch_size=4"], 256, "float64", at_size="shrunk")
+    assert original["leir"].startswith("B^{4}_{tx=0}L^{16384}") and shrunk["leir"].startswith("B^{4}_{tx=0}L^{64}")
+    assert "sizes" not in shrunk

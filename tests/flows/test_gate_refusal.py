@@ -1,0 +1,47 @@
+"""A refusal reads as a refusal (issue 15): `steptp stage validate` on a lake that fails the Great
+Expectations gate prints the failed expectations and exits 1, without a Python traceback and without
+Prefect's "Error logging to API" from a server that went away; `reports/gate.json` says why.
+
+Run as a user runs it: a subprocess that starts its own Prefect server."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from test_filtering import tables
+
+from flows.config import ROOT, load_params
+from flows.filtering import assemble_samples, select_steps
+from flows.storage import write_shard
+
+
+def _refused_lake(lake):
+    """A lake whose release would hold one strategy only: the gate's share and coverage checks fail."""
+    params = load_params(overrides={"filter": {"multi_answer_fraction": 0.0, "test_fraction": 0.34}})
+    programs, steps, verifs = tables()
+    kept, _ = select_steps(programs, steps, verifs, params)
+    samples, _ = assemble_samples(kept, programs, params, count_tokens=len)
+    one_strategy = [s for s in samples if json.loads(s["strategies"]) == ["loop_split"]]
+    for name, rows in (("programs", programs.to_pylist()), ("steps", steps.to_pylist()),
+                       ("verifications", verifs.to_pylist()), ("samples", one_strategy)):
+        write_shard(lake, name, "all", rows)
+
+
+def test_stage_validate_refusal_prints_the_failed_expectations_and_exits_1(tmp_path):
+    lake, reports = tmp_path / "lake", tmp_path / "reports"
+    _refused_lake(lake)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
+    result = subprocess.run([str(Path(sys.executable).with_name("steptp")), "stage", "validate", "--lake", str(lake),
+                             "--reports", str(reports)], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=300)
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out
+    assert "Traceback" not in out and "Error logging to API" not in out and "connection" not in out.lower(), out
+    assert "error: release refused by the gate:" in result.stderr
+    gate = json.loads((reports / "gate.json").read_text())
+    assert gate["success"] is False and gate["failures"]
+    for failure in gate["failures"]:  # every failed expectation is printed
+        assert failure.split(":")[0] in result.stderr
