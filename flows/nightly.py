@@ -241,7 +241,10 @@ def nightly_build(push: bool = True) -> dict:
         return _finish(record, None, "no release: the release tables did not change since the last release")
     version = _release(env, log)
     _update_record(record, release=version)
-    tag = commit_and_tag(version, ("dvc.lock", "params.yaml"))
+    try:
+        tag = commit_and_tag(version, ("dvc.lock", "params.yaml"))
+    except NightlyError as e:
+        raise NightlyError(f"released v{version} (lake/releases/v{version}), but could not tag it: {e}") from None
     if push:
         try:
             dvc_push(env)
@@ -276,5 +279,11 @@ def serve(name: str, cron: str) -> None:
     """Serve the nightly build as a deployment on `cron`, until Ctrl-C or SIGTERM. A run that comes due
     while the previous one still runs is cancelled by the server (two `dvc repro` at once would fight
     over DVC's lock, and queued runs would only pile up behind a long one)."""
-    nightly_build.serve(name=name, cron=cron, global_limit=ConcurrencyLimitConfig(
-        limit=1, collision_strategy=ConcurrencyLimitStrategy.CANCEL_NEW))
+    try:
+        nightly_build.serve(name=name, cron=cron, global_limit=ConcurrencyLimitConfig(
+            limit=1, collision_strategy=ConcurrencyLimitStrategy.CANCEL_NEW))
+    finally:
+        # send the logs still queued for the API while its server runs (the caller may stop it next)
+        from prefect.logging.handlers import APILogWorker
+
+        APILogWorker.drain_all(timeout=5)
