@@ -279,11 +279,5 @@ def serve(name: str, cron: str) -> None:
     """Serve the nightly build as a deployment on `cron`, until Ctrl-C or SIGTERM. A run that comes due
     while the previous one still runs is cancelled by the server (two `dvc repro` at once would fight
     over DVC's lock, and queued runs would only pile up behind a long one)."""
-    try:
-        nightly_build.serve(name=name, cron=cron, global_limit=ConcurrencyLimitConfig(
-            limit=1, collision_strategy=ConcurrencyLimitStrategy.CANCEL_NEW))
-    finally:
-        # send the logs still queued for the API while its server runs (the caller may stop it next)
-        from prefect.logging.handlers import APILogWorker
-
-        APILogWorker.drain_all(timeout=5)
+    nightly_build.serve(name=name, cron=cron, global_limit=ConcurrencyLimitConfig(
+        limit=1, collision_strategy=ConcurrencyLimitStrategy.CANCEL_NEW))

@@ -55,6 +55,15 @@ def _api_url_setting(url: str):
     return temporary_settings(updates={PREFECT_API_URL: url})
 
 
+def _send_queued_logs() -> None:
+    """Flow-run logs go to the API from a background queue: send what is left before the server stops
+    (otherwise Prefect prints '--- Error logging to API ---' at exit)."""
+    if "prefect" in sys.modules:
+        from prefect.logging.handlers import APILogWorker
+
+        APILogWorker.drain_all(timeout=5)
+
+
 @contextlib.contextmanager
 def local_server(timeout_s: float = 120, port: int | None = None):
     """A Prefect API server on loopback for the duration of the block (reuses PREFECT_API_URL if set),
@@ -87,6 +96,7 @@ def local_server(timeout_s: float = 120, port: int | None = None):
         with _api_url_setting(url):
             yield url
     finally:
+        _send_queued_logs()
         os.environ.pop("PREFECT_API_URL", None)
         proc.terminate()
         try:
