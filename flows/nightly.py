@@ -9,7 +9,8 @@ release: its version (params.yaml `release.version` while above every release ma
 last release bumped by `release.version_policy`) goes into params.yaml, `dvc repro release` writes
 `lake/releases/vX.Y.Z`, params.yaml and dvc.lock are committed and tagged `data-vX.Y.Z`, and
 `dvc push` stores the data. The release stage is kept out of the first `dvc repro` because it would
-rewrite the release of the current version with the changed tables.
+rewrite the release of the current version with the changed tables. Nothing is released over
+uncommitted changes to tracked source files: the tag would not rebuild that release.
 
 Every run leaves `lake/last_scheduled_run.json` (time, state, release made or not) for
 `steptp lake status`; Prefect's state hooks fill in the final state.
@@ -120,7 +121,7 @@ def _run_dvc(args: list[str], env: dict, log) -> tuple[int, str]:
 
 
 def pipeline_stages() -> list[str]:
-    """The stages of dvc.yaml, the release stage last (it runs only when there is something to release)."""
+    """The stages of dvc.yaml but `release` (that one runs only when there is something to release)."""
     stages = list(yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"])
     return [s for s in stages if s != "release"]
 
