@@ -19,25 +19,25 @@ DEFAULT_LAKE = Path("lake")
 @lake_app.command("status")
 def status(lake: LakeOpt = DEFAULT_LAKE,
            as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False):
-    """Tables (shards, rows), the last run and the release versions."""
+    """Tables (shards, rows), the last run, the last scheduled (nightly) run and the release versions."""
     import pyarrow.parquet as pq
 
-    from flows.storage import TABLES, shards
+    from flows.storage import SCHEDULED_RUN_LOG, TABLES, shards
 
     tables = {}
     for name in TABLES:
         files = shards(lake, name) if (lake / name).exists() else []
         tables[name] = {"shards": len(files), "rows": sum(pq.ParquetFile(f).metadata.num_rows for f in files)}
     releases = sorted(p.name for p in (lake / "releases").glob("v*")) if (lake / "releases").exists() else []
-    last_run = None
-    marker = lake / "last_run.json"
-    if marker.exists():
-        last_run = json.loads(marker.read_text())
-    info = {"lake": str(lake), "tables": tables, "last_run": last_run, "releases": releases}
+    last_run, scheduled = (json.loads(p.read_text()) if p.exists() else None
+                           for p in (lake / "last_run.json", lake / SCHEDULED_RUN_LOG))
+    info = {"lake": str(lake), "tables": tables, "last_run": last_run, "last_scheduled_run": scheduled,
+            "releases": releases}
     if as_json:
         typer.echo(json.dumps(info, indent=1))
         return
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table("table", "shards", "rows", title=f"lake: {lake}")
@@ -46,7 +46,25 @@ def status(lake: LakeOpt = DEFAULT_LAKE,
     console = Console()
     console.print(table)
     console.print(f"last run: {last_run or '-'}")
+    console.print(f"last scheduled run: {escape(scheduled_run_line(scheduled))}")
     console.print(f"releases: {', '.join(releases) or '-'}")
+
+
+def scheduled_run_line(run: dict | None) -> str:
+    """The nightly build's last run: when, its state and the release it made (or none), then its
+    message (why nothing was released, the gate's failures) indented below."""
+    if not run:
+        return "- (none yet: `steptp serve` schedules the nightly build)"
+    when = run.get("finished_at") or run.get("started_at") or "?"
+    state = run.get("state") or "?"
+    if state == "Running":
+        outcome = "release pending"
+    else:
+        outcome = f"released v{run['release']}" if run.get("release") else "no release"
+    lines = [f"{when} {state}, {outcome} (flow run {run.get('flow_run_name') or run.get('flow_run_id')})"]
+    message = (run.get("message") or "").strip().splitlines()
+    lines += [f"  {m}" for m in message[:12]] + (["  ..."] if len(message) > 12 else [])
+    return "\n".join(lines)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,9 +1,9 @@
 """`steptp run`, `steptp stage`, `steptp repro`, `steptp release`, `steptp serve`: the pipeline."""
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -88,20 +88,25 @@ def register(app: typer.Typer) -> None:
     def repro(push: Annotated[bool, typer.Option(help="dvc push to the default remote afterwards.")] = True):
         """Initialise DVC if needed (with its local remote), then `dvc repro` the pipeline of dvc.yaml
         with one Prefect server for all stages. A second call right after does nothing."""
+        from flows.prefect_env import dvc_env, dvc_executable, ensure_dvc
+
         env = dvc_env()
-        ensure_dvc(env)
-        if subprocess.call([_dvc(), "status", "--quiet"], cwd=ROOT, env=env) == 0:
+        try:
+            ensure_dvc(env)
+        except RuntimeError as e:
+            fail(str(e))
+        if subprocess.call([dvc_executable(), "status", "--quiet"], cwd=ROOT, env=env) == 0:
             typer.echo("Data and pipelines are up to date.", err=True)
             return
         from flows.prefect_env import local_server
 
         with local_server():
             env["PREFECT_API_URL"] = os.environ["PREFECT_API_URL"]
-            code = subprocess.call([_dvc(), "repro"], cwd=ROOT, env=env)
+            code = subprocess.call([dvc_executable(), "repro"], cwd=ROOT, env=env)
         if code:
             raise typer.Exit(code)
         if push:
-            if subprocess.call([_dvc(), "push", "--quiet"], cwd=ROOT, env=env):
+            if subprocess.call([dvc_executable(), "push", "--quiet"], cwd=ROOT, env=env):
                 typer.echo("warning: dvc push to the default remote failed (the lake is complete locally)", err=True)
 
     @app.command("release")
@@ -128,19 +133,43 @@ def register(app: typer.Typer) -> None:
                 fail(str(e), code=1)
         typer.echo(f"released: {result['path']}", err=True)
         if tag:
-            _tag_and_push(version)
+            from flows.nightly import NightlyError, commit_and_tag, dvc_env, dvc_push
+
+            try:
+                typer.echo(f"tagged {commit_and_tag(version)}", err=True)
+            except NightlyError as e:
+                fail(str(e), code=1)
+            try:
+                dvc_push(dvc_env())
+            except NightlyError as e:
+                typer.echo(f"warning: {e}", err=True)
 
     @app.command("serve")
-    def serve(cron: Annotated[str, typer.Option(help="Cron schedule of the pipeline deployment.")] = "0 3 * * *",
-              profile: ProfileOpt = None,
-              name: Annotated[str, typer.Option(help="Deployment name.")] = "steptp-nightly"):
-        """Serve the pipeline as a scheduled Prefect deployment (Ctrl-C to stop). Prefect state stays under
-        .prefect/ of the project; point PREFECT_API_URL at a server to see it in the UI."""
-        params = load_params(profile=profile)
-        from flows.pipeline import scheduled_pipeline
+    def serve(cron: Annotated[str, typer.Option(help="Cron schedule of the nightly build, e.g. \"0 3 * * *\" "
+                                                "(03:00 UTC) or \"* * * * *\" (every minute).")] = "0 3 * * *",
+              name: Annotated[str, typer.Option(help="Deployment name.")] = "steptp-nightly",
+              port: Annotated[int | None, typer.Option(help="Port of the local Prefect server and its UI "
+                                                       "(default: a free one; ignored with PREFECT_API_URL).")]
+              = None):
+        """Serve the nightly build on a schedule until Ctrl-C: `dvc repro` (only what changed is
+        recomputed), then, when the release tables changed and the gate passed, the next release
+        (version policy of params.yaml), its git tag data-vX.Y.Z and `dvc push`. A refused gate fails
+        the run and releases nothing. Uses the Prefect server at PREFECT_API_URL when set, otherwise
+        starts the project's own (state under .prefect/) with its scheduler and UI, and stops it on
+        exit. `steptp lake status` shows the last scheduled run."""
+        from flows.prefect_env import local_server
 
-        scheduled_pipeline.serve(name=name, cron=cron, parameters={
-            "profile": params.profile_name, "lake": str(ROOT / "lake"), "reports": str(ROOT / "reports")})
+        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO")  # the runs' progress on this console
+        with contextlib.ExitStack() as stack:
+            try:
+                url = stack.enter_context(local_server(port=port))
+            except RuntimeError as e:
+                fail(str(e), code=1)
+            typer.echo(f"Prefect UI: {url.removesuffix('/api')} (flow runs of deployment nightly-build/{name}); "
+                       f"schedule {cron!r} (UTC); Ctrl-C stops serving.", err=True)
+            from flows.nightly import serve as serve_nightly
+
+            serve_nightly(name, cron)
 
 
 def _run_with_runner(params, lake: Path, reports: Path, stop_after: str, task_runner) -> None:
@@ -151,45 +180,3 @@ def _run_with_runner(params, lake: Path, reports: Path, stop_after: str, task_ru
         typer.echo(f"{stage}: {result}", err=True)
         if stage == stop_after:
             break
-
-
-def _dvc() -> str:
-    return str(Path(sys.executable).with_name("dvc"))
-
-
-def dvc_env() -> dict:
-    env = dict(os.environ)
-    env.setdefault("DVC_NO_ANALYTICS", "1")
-    env.setdefault("DVC_SITE_CACHE_DIR", str(ROOT / ".dvc" / "tmp" / "site-cache"))
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    return env
-
-
-def ensure_dvc(env: dict) -> None:
-    """`dvc init` when the checkout has no .dvc/ yet (the project's own .dvc/config names the remote)."""
-    if not (ROOT / ".git").exists():
-        fail("the project must be a git checkout for DVC")
-    if not (ROOT / ".dvc").exists():
-        subprocess.check_call([_dvc(), "init", "--quiet"], cwd=ROOT, env=env)
-        subprocess.check_call([_dvc(), "config", "core.analytics", "false"], cwd=ROOT, env=env)
-        subprocess.check_call([_dvc(), "remote", "add", "--default", "local", "../steptp-dvc-remote"],
-                              cwd=ROOT, env=env)
-
-
-def _tag_and_push(version: str) -> None:
-    """Commit dvc.lock (what `dvc checkout` restores the release from), tag it, push the data."""
-    tag = f"data-v{version}"
-    changed = subprocess.run(["git", "status", "--porcelain", "--", "dvc.lock"], cwd=ROOT, capture_output=True,
-                             text=True).stdout.strip()
-    if (ROOT / "dvc.lock").exists() and changed:
-        subprocess.call(["git", "add", "dvc.lock"], cwd=ROOT)
-        if subprocess.call(["git", "commit", "-q", "-m", f"Data release v{version}", "--", "dvc.lock"], cwd=ROOT):
-            typer.echo("warning: could not commit dvc.lock; the tag points at the current commit", err=True)
-    if subprocess.call(["git", "rev-parse", "-q", "--verify", f"refs/tags/{tag}"], cwd=ROOT,
-                       stdout=subprocess.DEVNULL) == 0:
-        typer.echo(f"tag {tag} exists already", err=True)
-    else:
-        subprocess.check_call(["git", "tag", tag], cwd=ROOT)
-        typer.echo(f"tagged {tag}", err=True)
-    if subprocess.call([_dvc(), "push", "--quiet"], cwd=ROOT, env=dvc_env()):
-        typer.echo("warning: dvc push failed", err=True)

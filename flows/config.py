@@ -53,3 +53,35 @@ def _merge(base: dict, extra: dict) -> dict:
     for k, v in extra.items():
         base[k] = _merge(base.get(k, {}), v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
     return base
+
+
+def set_param(path: Path, keys: tuple[str, ...], value: str) -> None:
+    """Set one scalar of a YAML file in place (e.g. `release.version` of params.yaml), keeping every
+    other byte: comments, layout and the lead's profiles stay as written. The scalar is found by
+    YAML's own parser (its position in the text), replaced, and the result is parsed again to check
+    that exactly that value changed. Written atomically (temporary file + rename)."""
+    path = Path(path)
+    text = path.read_text()
+    node = yaml.compose(text)
+    for key in keys:
+        if not isinstance(node, yaml.MappingNode):
+            raise ValueError(f"{path}: {'.'.join(keys)}: {key!r} is not inside a mapping")
+        found = [v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == key]
+        if not found:
+            raise ValueError(f"{path}: no key {'.'.join(keys)}")
+        node = found[0]
+    if not isinstance(node, yaml.ScalarNode):
+        mark = node.start_mark
+        raise ValueError(f"{path}:{mark.line + 1}:{mark.column + 1}: {'.'.join(keys)} is not a scalar")
+    scalar = yaml.safe_dump(value, width=float("inf")).splitlines()[0]  # quoted where YAML needs it
+    new = text[:node.start_mark.index] + scalar + text[node.end_mark.index:]
+    expected, got = yaml.safe_load(text), yaml.safe_load(new)
+    target = expected
+    for key in keys[:-1]:
+        target = target[key]
+    target[keys[-1]] = value
+    if got != expected:
+        raise ValueError(f"{path}: setting {'.'.join(keys)} to {value!r} would change more than that value")
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(new)
+    tmp.replace(path)

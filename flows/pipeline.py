@@ -31,8 +31,7 @@ from flows.transform import transform_flow  # noqa: E402
 from flows.validate import GateFailed, validate_flow  # noqa: E402
 from flows.verify import verify_flow  # noqa: E402
 
-__all__ = ["STAGES", "STAGE_FLOWS", "GateFailed", "gate_refusal", "run_stage", "pipeline_flow", "dask_runner",
-           "scheduled_pipeline"]
+__all__ = ["STAGES", "STAGE_FLOWS", "GateFailed", "gate_refusal", "run_stage", "pipeline_flow", "dask_runner"]
 
 STAGES = ("generate", "transform", "verify", "filter", "tokens", "search", "report", "validate", "release")
 STAGE_FLOWS = {"generate": generate_flow, "transform": transform_flow, "verify": verify_flow,
@@ -104,18 +103,3 @@ def dask_runner(address: str | None = None, workers: int = 2):
         return DaskTaskRunner(address=address)
     dask.config.set({"distributed.worker.daemon": False})
     return DaskTaskRunner(cluster_kwargs={"n_workers": workers, "threads_per_worker": 1, "processes": True})
-
-
-@flow(name="steptp-pipeline")
-def scheduled_pipeline(profile: str = "default", lake: str = "lake", reports: str = "reports") -> list[dict]:
-    """The deployment's entry point: reads params.yaml at run time, then runs the whole chain."""
-    from flows.config import load_params
-
-    params = load_params(profile=profile)
-    results = pipeline_flow(params.raw, params.profile_name, lake, reports)
-    refused = gate_refusal(results)
-    if refused:  # the scheduled run ends Failed with the refusal as its message, without a traceback
-        from prefect.states import Failed
-
-        return Failed(message=f"release refused by the gate: {refused}")
-    return results

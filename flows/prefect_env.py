@@ -1,8 +1,10 @@
-"""Prefect set up offline and inside the project (shared/STACK.md, "Prefect 3.9").
+"""Prefect and DVC set up offline and inside the project (shared/STACK.md, "Prefect 3.9", "DVC 3.67").
 
 Call `configure()` before importing prefect: state lives under `.prefect/` of the project, task
 results under the lake, telemetry is off. `local_server()` runs one API server for a whole run, so
-that every stage process talks to it instead of starting (and tearing down) its own.
+that every stage process talks to it instead of starting (and tearing down) its own. `dvc_env()`,
+`ensure_dvc()`: the environment and the repository that `dvc repro` runs in. Nothing here imports
+Prefect or DVC, so that a command that only calls dvc stays fast.
 """
 from __future__ import annotations
 
@@ -34,14 +36,46 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _api_url_setting(url: str):
+    """Prefect reads its settings once, when imported: a process that imported it before the server
+    started would otherwise go on using a temporary server of its own."""
+    if "prefect" not in sys.modules:
+        return contextlib.nullcontext()
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    return temporary_settings(updates={PREFECT_API_URL: url})
+
+
+def _send_queued_logs() -> None:
+    """Flow-run logs go to the API from a background queue: send what is left before the server stops
+    (otherwise Prefect prints '--- Error logging to API ---' at exit)."""
+    if "prefect" in sys.modules:
+        from prefect.logging.handlers import APILogWorker
+
+        APILogWorker.drain_all(timeout=5)
+
+
 @contextlib.contextmanager
-def local_server(timeout_s: float = 120):
-    """A Prefect API server on loopback for the duration of the block (reuses PREFECT_API_URL if set)."""
+def local_server(timeout_s: float = 120, port: int | None = None):
+    """A Prefect API server on loopback for the duration of the block (reuses PREFECT_API_URL if set),
+    with its services: the scheduler that creates scheduled runs, and the UI at the URL without `/api`.
+    `port`: a fixed port (the UI at a known address); by default a free one."""
     if os.environ.get("PREFECT_API_URL"):
         yield os.environ["PREFECT_API_URL"]
         return
     configure()
-    port = _free_port()
+    if port and not _port_is_free(port):
+        raise RuntimeError(f"port {port} on 127.0.0.1 is in use; pick another port")
+    port = port or _free_port()
     home = Path(os.environ["PREFECT_HOME"])
     home.mkdir(parents=True, exist_ok=True)
     log = open(home / "server.log", "ab")
@@ -59,9 +93,10 @@ def local_server(timeout_s: float = 120):
                     raise RuntimeError(f"the Prefect server did not start; see {log.name}") from None
                 time.sleep(0.5)
         os.environ["PREFECT_API_URL"] = url
-        yield url
+        with _api_url_setting(url):
+            yield url
     finally:
-        _flush_api_logs()  # before the server goes: logs still queued would end in "Error logging to API"
+        _send_queued_logs()
         os.environ.pop("PREFECT_API_URL", None)
         proc.terminate()
         try:
@@ -71,10 +106,24 @@ def local_server(timeout_s: float = 120):
         log.close()
 
 
-def _flush_api_logs() -> None:
-    try:
-        from prefect.logging.handlers import APILogHandler
+def dvc_executable() -> str:
+    """The venv's dvc (stage commands and dvc itself must not depend on what is first on PATH)."""
+    return str(Path(sys.executable).with_name("dvc"))
 
-        APILogHandler.flush()
-    except Exception:  # nothing was logged, or Prefect was never imported: nothing to send
-        pass
+
+def dvc_env() -> dict:
+    env = dict(os.environ)
+    env.setdefault("DVC_NO_ANALYTICS", "1")
+    env.setdefault("DVC_SITE_CACHE_DIR", str(ROOT / ".dvc" / "tmp" / "site-cache"))
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def ensure_dvc(env: dict) -> None:
+    """`dvc init` when the checkout has no .dvc/ yet (the project's own .dvc/config names the remote)."""
+    if not (ROOT / ".git").exists():
+        raise RuntimeError(f"{ROOT} must be a git checkout for DVC")
+    if not (ROOT / ".dvc").exists():
+        for args in (["init", "--quiet"], ["config", "core.analytics", "false"],
+                     ["remote", "add", "--default", "local", "../steptp-dvc-remote"]):
+            subprocess.check_call([dvc_executable(), *args], cwd=ROOT, env=env)

@@ -50,6 +50,24 @@ def previous_versions(releases: Path) -> list[str]:
     return sorted(found, key=parse_version)
 
 
+VERSION_POLICIES = ("patch", "minor", "major")
+
+
+def next_version(released: list[str], configured: str, policy: str = "patch") -> str:
+    """The version of the next automatic (nightly) release: `configured` (params.yaml's
+    `release.version`) while it is above every release made, otherwise the last release bumped by
+    `policy` (`release.version_policy`: patch, minor or major)."""
+    if policy not in VERSION_POLICIES:
+        raise ReleaseError(f"release.version_policy must be one of {', '.join(VERSION_POLICIES)}, got {policy!r}")
+    wanted = parse_version(configured)
+    made = sorted((parse_version(v) for v in released), reverse=True)
+    if not made or wanted > made[0]:
+        return configured
+    major, minor, patch = made[0]
+    bumped = {"patch": (major, minor, patch + 1), "minor": (major, minor + 1, 0), "major": (major + 1, 0, 0)}[policy]
+    return "{}.{}.{}".format(*bumped)
+
+
 def make_release(lake: Path, version: str, samples: pa.Table, steps: pa.Table, params, gate: dict,
                  filter_counters: list[dict], programs: pa.Table | None = None) -> Path:
     """Write the release folder; refuses a version that exists or is not above the last one.

@@ -72,6 +72,10 @@ TABLES: dict[str, TableSpec] = {t.name: t for t in (
 )}
 
 
+# Logs beside the tables (never read by a stage): the nightly build's last run, for `steptp lake status`.
+SCHEDULED_RUN_LOG = "last_scheduled_run.json"
+
+
 class StorageError(Exception):
     pass
 

@@ -153,16 +153,20 @@ def test_kill_and_resume(tiny_lake, tmp_path):
 
 
 def test_schedule_deployment_and_prefect_yaml_agree(harness):
+    import inspect
+
     import yaml
 
-    from flows.pipeline import scheduled_pipeline
+    from flows.nightly import nightly_build
 
-    deployment = scheduled_pipeline.to_deployment(name="steptp-nightly", cron="0 3 * * *")
+    deployment = nightly_build.to_deployment(name="steptp-nightly", cron="0 3 * * *")
     assert deployment.schedules[0].schedule.cron == "0 3 * * *"
     spec = yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"][0]
     module, func = spec["entrypoint"].split(":")
-    assert (ROOT / module).exists() and func == scheduled_pipeline.fn.__name__
+    assert (ROOT / module).exists() and func == nightly_build.fn.__name__
+    assert set(spec["parameters"]) <= set(inspect.signature(nightly_build.fn).parameters)
     assert spec["schedules"][0]["cron"] == "0 3 * * *"
+    assert spec["concurrency_limit"] == {"limit": 1, "collision_strategy": "CANCEL_NEW"}  # as `steptp serve`
 
 
 def test_adding_a_family_recomputes_only_its_shards(harness, tmp_path, monkeypatch):

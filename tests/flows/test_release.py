@@ -168,3 +168,25 @@ def test_card_shows_shapes_families_dtypes_and_sizes(tmp_path, inputs):
                          to_arrow("programs", rows))
     assert (again / "shapes.png").read_bytes() == (out / "shapes.png").read_bytes()  # deterministic plot
     assert (again / "README.md").read_text() == card
+
+
+@pytest.mark.parametrize(("released", "configured", "policy", "expected"), [
+    ([], "0.1.0", "patch", "0.1.0"),                      # the first release takes params.yaml's version
+    (["0.1.0"], "0.1.0", "patch", "0.1.1"),               # taken: bump the last release
+    (["0.1.0", "0.1.3", "0.1.10"], "0.1.0", "patch", "0.1.11"),  # numeric order, not text order
+    (["0.1.3"], "0.1.3", "minor", "0.2.0"),
+    (["0.1.3"], "0.1.3", "major", "1.0.0"),
+    (["0.1.3"], "0.2.0", "patch", "0.2.0"),               # raised by hand above every release: taken as is
+    (["0.1.3"], "0.1.1", "patch", "0.1.4"),               # below the last release: never goes backwards
+])
+def test_next_version_follows_the_policy(released, configured, policy, expected):
+    from flows.release import next_version
+
+    assert next_version(released, configured, policy) == expected
+
+
+def test_next_version_rejects_an_unknown_policy():
+    from flows.release import next_version
+
+    with pytest.raises(ReleaseError, match="version_policy must be one of patch, minor, major"):
+        next_version(["0.1.0"], "0.1.0", "nightly")
