@@ -20,6 +20,7 @@ from strategies.legality import (
     iterations,
     keeps_relative_order,
     loop_carries_dependence,
+    merged_subscript_vars,
     misaligned,
     written_tensors,
 )
@@ -547,6 +548,10 @@ class ReductionFactorization(Strategy):
             raise Illegal("the factor must properly divide the extent")
         if op is None or lp.var in lhs_vars(stmt):
             raise Illegal(f"{lp.var} is not a reduction axis of a reduction")
+        merged = merged_subscript_vars(stmt, nest.loops)
+        if merged:
+            raise Illegal(f"{merged[0]} appears in {stmt.lhs.tensor}'s subscript but several of its iterations "
+                          "accumulate into one element: the combining nest cannot run over it")
         x = stmt.lhs
         if any(a.tensor == x.tensor for a in _reads_without_self(stmt)):
             raise Illegal(f"the reduced value reads {x.tensor} elsewhere than as the accumulator")
