@@ -11,6 +11,7 @@ from leir.printer import format_expr
 from leir.validate import validate
 from strategies.base import Context, Illegal
 from strategies.legality import iterations
+from strategies.numerics import unshifted_exp_problem
 from strategies.sympy_bridge import FLOAT_CODES
 
 
@@ -102,13 +103,18 @@ def contraction_values(ctx) -> set[str]:
 def unguarded_exp(ctx, shifted, shift) -> str | None:
     """Why exp(`shifted`) without the shift `shift` may overflow, or None: dropping or replacing the
     max shift of a softmax is only safe when the shifted values cannot grow (exp(x) is inf for
-    x > 88 in float32), so it is refused for values that come out of a sum reduction."""
+    x > 88 in float32), so it is refused for values that come out of a sum reduction, and always in
+    a dtype whose exp overflows within the range of ordinary data (float16: above 11)."""
     from leir.analysis import reduction_op
     from leir.ast import accesses
 
     shifts = {s.stmt.lhs.tensor for s in ctx.sites if reduction_op(s.stmt) == "max"}
     if shift is not None and not any(a.tensor in shifts for a in accesses(shift)):
         return None
+    codes = [a.dtype for a in (*accesses(shift if shift is not None else shifted), *accesses(shifted))]
+    dtype_problem = unshifted_exp_problem(codes[0]) if codes else None
+    if dtype_problem:
+        return dtype_problem
     grown = contraction_values(ctx)
     hit = sorted({a.tensor for a in accesses(shifted) if a.tensor in grown})
     if hit:

@@ -65,6 +65,19 @@ def merged_subscript_vars(stmt: Stmt, loops: tuple[Loop, ...]) -> list[str]:
             and separating_dim(stmt.lhs, v, loops) is None]
 
 
+def accumulated_terms(stmt: Stmt, loops: tuple[Loop, ...]) -> int:
+    """How many terms an update accumulates into each element: the product of the extents of its
+    reduction loops (those not in the left-hand subscript, and those merged by it)."""
+    from leir.analysis import lhs_vars
+
+    spatial = set(lhs_vars(stmt)) - set(merged_subscript_vars(stmt, loops))
+    total = 1
+    for lp in loops:
+        if lp.var not in spatial:
+            total *= lp.extent
+    return total
+
+
 def loop_carries_dependence(stmts: list[tuple[Stmt, tuple[Loop, ...]]], var: str) -> str | None:
     """Why iterations of loop `var` may interact, or None when they are independent: each write
     separates iterations in some dimension, and every read of a tensor written under the loop uses

@@ -15,6 +15,7 @@ from leir.ast import BinOp, Loop, Nest, Num, Program, Stmt, Var, map_stmt
 from leir.names import BIND_PREFIXES, bind_name
 from strategies.base import Context, Illegal, Rewrite, Site, Strategy
 from strategies.legality import (
+    accumulated_terms,
     body_statements,
     carrying_loops,
     iterations,
@@ -24,6 +25,7 @@ from strategies.legality import (
     misaligned,
     written_tensors,
 )
+from strategies.numerics import sum_drift_problem
 from strategies.registry import register
 from strategies.tree import (
     enclosing_loops,
@@ -552,6 +554,10 @@ class ReductionFactorization(Strategy):
         if merged:
             raise Illegal(f"{merged[0]} appears in {stmt.lhs.tensor}'s subscript but several of its iterations "
                           "accumulate into one element: the combining nest cannot run over it")
+        if op in ("+", "-", "*"):
+            drift = sum_drift_problem(accumulated_terms(stmt, nest.loops), stmt.lhs.dtype, stmt.lhs.tensor)
+            if drift:
+                raise Illegal(drift)
         x = stmt.lhs
         if any(a.tensor == x.tensor for a in _reads_without_self(stmt)):
             raise Illegal(f"the reduced value reads {x.tensor} elsewhere than as the accumulator")

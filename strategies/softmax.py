@@ -37,6 +37,7 @@ from leir.ast import (
 from leir.names import IndexNames, TensorNames
 from strategies.algebra_common import algebra_target, finish, is_plain_index, plural, text
 from strategies.base import Context, Illegal, Rewrite, Site, Strategy
+from strategies.numerics import sum_drift_problem
 from strategies.registry import register
 from strategies.sympy_bridge import Bridge, Untranslatable
 from strategies.tree import replace_item, substitute_vars
@@ -300,6 +301,7 @@ class OnlineSoftmax(Strategy):
         pair = _find_pair(ctx, site)
         mx, sm = pair.mx, pair.sm
         why = untouched_between(ctx, mx.index, sm.index, _reads(mx.elem), {mx.acc.tensor, sm.acc.tensor})
+        why = why or sum_drift_problem(mx.red_loop.extent, sm.acc.dtype, sm.acc.tensor)
         if why:
             raise Illegal(why)
         h = fresh_tensors(ctx).fresh()
@@ -425,6 +427,7 @@ class FlashattentionWoTiling(Strategy):
         why = None
         for lo, hi in ((mx.index, pair.sm.index), (pair.sm.index, att.norm), (att.norm, att.mm)):
             why = why or untouched_between(ctx, lo, hi, _reads(mx.elem) | _reads(att.value), involved)
+        why = why or sum_drift_problem(mx.red_loop.extent, o.dtype, o.tensor)
         if why:
             raise Illegal(why)
         names = fresh_tensors(ctx)
