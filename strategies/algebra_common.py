@@ -84,6 +84,14 @@ def is_plain_index(access: Access) -> bool:
     return all(type(i).__name__ == "Var" for i in access.indices) and len(set(names)) == len(names)
 
 
+def is_element_index(access: Access) -> bool:
+    """Every subscript is a bare loop variable or an integer literal, the variables all different
+    (`D_{tx,a}`, and `M_{tx,0}` as the translator writes a sum over a kept dimension)."""
+    names = [i.name for i in access.indices if type(i).__name__ == "Var"]
+    literal = [i for i in access.indices if type(i).__name__ == "Num" and isinstance(i.value, int)]
+    return len(names) + len(literal) == len(access.indices) and len(set(names)) == len(names)
+
+
 def contraction_values(ctx) -> set[str]:
     """Tensors whose values can grow with a reduction length: written by a sum reduction (`X=X+e`,
     `X=X-e`) or computed from such a tensor (attention logits, matmul outputs and what is derived
