@@ -13,11 +13,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from leir.analysis import implicit_inits, lhs_vars, reduction_op, statement_sites
-from leir.ast import Access, BinOp, Call, Neg, Num, Program, Select, Stmt, Var, accesses, walk_expr
-from leir.printer import format_expr
+from leir.ast import Access, BinOp, Call, Neg, Num, Program, Select, Stmt, Var, accesses
 from leir.signature import Signature
 from strategies.legality import merged_subscript_vars
-from strategies.numerics import DATA_MAGNITUDE, FORMATS, literal_problem
+from strategies.numerics import DATA_MAGNITUDE, FORMATS
 
 INF = math.inf
 
@@ -192,25 +191,3 @@ _CALLS = {
     "min": lambda a, b: Interval(min(a.lo, b.lo), min(a.hi, b.hi)),
 }
 
-
-def overflow_problem(program: Program, signature: Signature, loops, old, new, code: str) -> str | None:
-    """Why replacing expression `old` by `new` (in a statement under `loops`) may overflow the dtype
-    `code`, or None: some sub-expression of `new` can exceed the dtype's largest value, and by more
-    than anything in `old` can (so the original stays finite where the rewrite may not)."""
-    fmt = FORMATS.get(code)
-    if fmt is None:
-        return None
-    known = {float(n.value) for n in walk_expr(old) if isinstance(n, Num)}
-    for n in walk_expr(new):
-        if isinstance(n, Num) and float(n.value) not in known:
-            problem = literal_problem(float(n.value), code)
-            if problem:
-                return problem
-    ranges, bounds = tensor_ranges(program, signature), _bounds(loops)
-    before = expr_range(old, ranges, bounds)[1]
-    after = expr_range(new, ranges, bounds)[1]
-    if not (math.isfinite(after) and after > fmt.max and after > before):
-        return None
-    node = next((n for n in walk_expr(new) if expr_range(n, ranges, bounds)[0].magnitude == after), new)
-    return (f"{format_expr(node)} can reach {after:.3g} for inputs up to {DATA_MAGNITUDE:g} in magnitude, beyond "
-            f"{fmt.name}'s largest value {fmt.max:g} (the original expression stays within {before:.3g})")
