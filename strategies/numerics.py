@@ -36,10 +36,12 @@ class FloatFormat:
 # The `close` tolerance of the verification protocol (params.yaml verify.tolerance: max_abs per unit
 # of output scale, rel_l2), which a test keeps in step with gpu_tasks.tolerances. A rewrite whose
 # rounding alone moves results further is no step in that dtype. The relative agreement it must keep
-# is the rel_l2 bound, or a quarter of the max_abs bound where that binds first: the largest of an
-# output's thousands of elements sits about four standard deviations out (float16: 1e-2 / 4).
+# is the rel_l2 bound, or an eighth of the max_abs bound where that binds first: the largest of an
+# output's thousands of elements sits about four standard deviations out, and a normalisation by a
+# statistic of the same sum doubles it again (float16: 1e-2 / 8; the survey found a float16 layer
+# norm whose 16-term variance, reassociated, moved the output by 0.0108).
 TOLERANCE = {"f16": (1e-2, 1e-2), "bf16": (5e-2, 5e-2), "f32": (1e-4, 1e-5), "f64": (1e-9, 1e-9)}
-PRECISION = {code: min(rel_l2, max_abs / 4) for code, (max_abs, rel_l2) in TOLERANCE.items()}
+PRECISION = {code: min(rel_l2, max_abs / 8) for code, (max_abs, rel_l2) in TOLERANCE.items()}
 
 FORMATS: dict[str, FloatFormat] = {
     "f16": FloatFormat("f16", "float16", 65504.0, 2.0 ** -24, 2.0 ** -11, PRECISION["f16"]),

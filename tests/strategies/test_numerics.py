@@ -24,14 +24,14 @@ from strategies.ranges import DATA, Interval, expr_range, tensor_ranges
 from strategies.registry import get
 
 
-def softmax(code: str, dtype: str):
-    """Row softmax of A (4x8) in the given dtype, as the translator writes it."""
-    text = (f"B^{{4}}_{{tx=0}}L^{{8}}_{{a=0}}[D^{{{code},g}}_{{tx}}=max(D^{{{code},g}}_{{tx}},A^{{{code},g}}_{{tx,a}});];"
-            f"B^{{4}}_{{tx=0}}L^{{8}}_{{a=0}}[E^{{{code},g}}_{{tx}}=E^{{{code},g}}_{{tx}}"
+def softmax(code: str, dtype: str, n: int = 8):
+    """Row softmax of A (4xn) in the given dtype, as the translator writes it."""
+    text = (f"B^{{4}}_{{tx=0}}L^{{{n}}}_{{a=0}}[D^{{{code},g}}_{{tx}}=max(D^{{{code},g}}_{{tx}},A^{{{code},g}}_{{tx,a}});];"
+            f"B^{{4}}_{{tx=0}}L^{{{n}}}_{{a=0}}[E^{{{code},g}}_{{tx}}=E^{{{code},g}}_{{tx}}"
             f"+exp(A^{{{code},g}}_{{tx,a}}-D^{{{code},g}}_{{tx}});];"
-            f"B^{{4}}_{{tx=0}}L^{{8}}_{{a=0}}[C^{{{code},g}}_{{tx,a}}=exp(A^{{{code},g}}_{{tx,a}}-D^{{{code},g}}_{{tx}})"
+            f"B^{{4}}_{{tx=0}}L^{{{n}}}_{{a=0}}[C^{{{code},g}}_{{tx,a}}=exp(A^{{{code},g}}_{{tx,a}}-D^{{{code},g}}_{{tx}})"
             f"/E^{{{code},g}}_{{tx}};];")
-    return text, sig(("A", [4, 8], dtype, "input"), ("C", [4, 8], dtype, "output"))
+    return text, sig(("A", [4, n], dtype, "input"), ("C", [4, n], dtype, "output"))
 
 
 def variance(code: str, dtype: str, n: int = 768):
@@ -59,7 +59,7 @@ def test_the_max_shift_is_kept_in_float16(name):
 
 
 def test_the_refusal_says_why():
-    c = ctx(*softmax("f16", "float16"))
+    c = ctx(*softmax("f16", "float16", n=4))  # a row short enough that the sum could be split
     s = get("partially_equivalent_then_correct")
     site = next(iter(s.sites(c)))
     params = next(iter(s.parameters(c, site)))
@@ -120,12 +120,12 @@ def test_a_new_literal_must_fit_the_dtype():
 
 
 def test_reassociating_a_long_sum_drifts_beyond_the_dtype():
-    """sqrt(n)*u: float16 (u = 2**-11, its largest errors held to 1e-2) can reassociate at most ~26
-    terms (the survey: matmuls of 33 terms off by 0.015 after rfactor); float32 (u = 2**-24, 1e-5) up
-    to ~27,800 terms; float64 practically always."""
-    assert sum_drift_problem(16, "f16", "S") is None
-    reason = sum_drift_problem(64, "f16", "S")
-    assert "64 terms accumulate into each element of S" in reason and "0.0039" in reason
+    """sqrt(n)*u: float16 (u = 2**-11, its largest errors held to 1e-2) can reassociate at most ~6
+    terms (the survey: matmuls of 33 terms off by 0.015 after rfactor, a layer norm's 16-term variance
+    by 0.0108); float32 (u = 2**-24, 1e-5) up to ~27,800 terms; float64 practically always."""
+    assert sum_drift_problem(6, "f16", "S") is None
+    reason = sum_drift_problem(16, "f16", "S")
+    assert "16 terms accumulate into each element of S" in reason and "0.002" in reason
     assert sum_drift_problem(16384, "f32", "S") is None and sum_drift_problem(65536, "f32", "S")
     assert sum_drift_problem(10 ** 12, "f64", "S") is None
 
@@ -136,7 +136,7 @@ def test_precision_is_the_verifiers_tolerance():
 
     for code, (max_abs, rel_l2) in TOLERANCE.items():
         assert (DEFAULT_TOLERANCES[code].max_abs, DEFAULT_TOLERANCES[code].rel_l2) == (max_abs, rel_l2), code
-    assert PRECISION["f16"] == 2.5e-3 and PRECISION["f32"] == 1e-5 and PRECISION["f64"] == 2.5e-10
+    assert PRECISION["f16"] == 1.25e-3 and PRECISION["f32"] == 1e-5 and PRECISION["f64"] == 1.25e-10
 
 
 def test_long_float16_sums_keep_their_order():
@@ -146,8 +146,8 @@ def test_long_float16_sums_keep_their_order():
     row32 = row.replace("f16", "f32")
     assert results("reduction_factorization", row32, sig(("A", [4, 1024], "float32", "input"),
                                                          ("S", [4], "float32", "output")))
-    short = row.replace("1024", "16")
-    assert results("reduction_factorization", short, sig(("A", [4, 16], "float16", "input"),
+    short = row.replace("1024", "6")
+    assert results("reduction_factorization", short, sig(("A", [4, 6], "float16", "input"),
                                                          ("S", [4], "float16", "output")))
 
 
