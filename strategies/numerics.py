@@ -3,7 +3,7 @@
 An identity that holds over the reals can still be a wrong step in the program's dtype: exp without
 its max shift overflows in float16 at arguments above 11, an algebraic form that scales its terms
 by a reduction length overflows float16's largest value (65504), and a reassociated float16 sum of
-thousands of terms drifts beyond the three digits float16 carries. The rules here say why, so a
+more than a few terms drifts beyond the three digits float16 carries. The rules here say why, so a
 strategy refuses with the reason (or keeps the guard) instead of proposing a step that fails.
 
 The one assumption about data: values a program reads are of magnitude up to `DATA_MAGNITUDE`
