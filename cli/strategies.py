@@ -170,10 +170,11 @@ def _apply_batch(path: str, chosen, options) -> int:
 
 # --- the survey (issue 5's report) ----------------------------------------------------------------------
 
-def sample_catalogue(n: int, seed: int = 0, dtype: str = "float32") -> list:
-    """A deterministic sample of `n` catalogue originals at default-profile shapes: families in name
-    order, taken round-robin, each family's workloads in a seeded order; `dtype` where the workload
-    offers it (as the default profile does), else the instance's. Untranslatable ones are skipped."""
+def catalogue_originals(n: int, seed: int = 0, dtype: str = "float32", shapes: str = "default") -> list:
+    """A deterministic sample of `n` catalogue originals, as (SurveyProgram, Translation) pairs, at the
+    shape profile `shapes`: families in name order, taken round-robin, each family's workloads in a
+    seeded order; `dtype` where the workload offers it (as the profiles do), else the instance's.
+    Untranslatable ones are skipped."""
     from dataclasses import replace
 
     from leir.frontend import TranslationError, translate
@@ -193,7 +194,7 @@ def sample_catalogue(n: int, seed: int = 0, dtype: str = "float32") -> list:
     for w in order:
         if len(out) >= n:
             break
-        inst = sample_instance(w, seed, 0, "default")
+        inst = sample_instance(w, seed, 0, shapes)
         if dtype in w.dtypes:
             inst = replace(inst, dtype=dtype)
         try:
@@ -201,8 +202,39 @@ def sample_catalogue(n: int, seed: int = 0, dtype: str = "float32") -> list:
             tr = translate(module, inputs, dtype=inst.dtype)
         except TranslationError:
             continue
-        out.append(SurveyProgram(w.name, Context(tr.program, tr.signature)))
+        out.append((SurveyProgram(w.name, Context(tr.program, tr.signature)), tr))
     return out
+
+
+def sample_catalogue(n: int, seed: int = 0, dtype: str = "float32", shapes: str = "default") -> list:
+    """The SurveyPrograms of `catalogue_originals`."""
+    return [p for p, _ in catalogue_originals(n, seed, dtype, shapes)]
+
+
+def verified_originals(found: list, workers: int, timeout_s: float, seed: int = 0) -> tuple[list, list[dict]]:
+    """The originals of `found` that verify against PyTorch (as the generate stage requires before
+    any strategy sees a program) and whose own outputs are evidence in their dtype (not identical on
+    every draw: a float16 program that saturates to a constant cannot tell a right step from a wrong
+    one); the others as {"program", "status", "error"}: a strategy is not to blame for them."""
+    from gpu_tasks.pool import WorkerPool
+    from gpu_tasks.verify import pair_request, verify_against_references, verify_pairs
+
+    with WorkerPool(workers=workers, timeout_s=timeout_s) as pool:
+        results = verify_against_references([(tr.program, tr.signature, tr.reference) for _, tr in found], pool,
+                                            seed=seed)
+        passing = [(p, tr) for (p, tr), v in zip(found, results, strict=True) if v.status in ("exact", "close")]
+        own = dict(zip([p.name for p, _ in passing],
+                       verify_pairs([pair_request(tr.program, tr.program, tr.signature, seed=seed)
+                                     for _, tr in passing], pool), strict=True))
+    kept, left_out = [], []
+    for (program, _), v in zip(found, results, strict=True):
+        v = own.get(program.name, v)
+        if v.status in ("exact", "close"):
+            kept.append(program)
+        else:
+            left_out.append({"program": program.name, "status": v.status,
+                             "error": (v.error or "").splitlines()[0][:160] if v.error else ""})
+    return kept, left_out
 
 
 def pool_verifier(workers: int, timeout_s: float, target: str = "llvm", draws: int = 3, seed: int = 0):
@@ -227,6 +259,14 @@ def survey_(programs: Annotated[int, typer.Option("--programs", help="Catalogue 
             workers: Annotated[int, typer.Option(help="Verification worker processes.")] = 2,
             timeout_s: Annotated[float, typer.Option(help="Time limit per verification.")] = 60.0,
             seed: Annotated[int, typer.Option(help="Seed of the program sample and application choice.")] = 0,
+            dtype: Annotated[str, typer.Option(help="dtype of the sampled programs (float32, float16, float64), "
+                                                    "where the workload offers it.")] = "float32",
+            shapes: Annotated[str, typer.Option(help="Shape profile of the instances: default (realistic, "
+                                                     "the default budget), release or tiny.")] = "default",
+            check_originals: Annotated[bool, typer.Option(help="Leave out originals that do not verify against "
+                                                          "PyTorch themselves (the pipeline never transforms "
+                                                          "them) or whose outputs do not depend on the "
+                                                          "inputs in this dtype.")] = True,
             strategy: Annotated[list[str] | None, typer.Option("--strategy", help="Only these strategies "
                                                                "(repeatable).")] = None):
     """Per strategy: sites on a deterministic sample of catalogue originals (plus one compute_inline
@@ -237,8 +277,17 @@ def survey_(programs: Annotated[int, typer.Option("--programs", help="Catalogue 
     from strategies.survey import survey
 
     start = time.perf_counter()
-    sample = sample_catalogue(programs, seed)
-    typer.echo(f"{len(sample)} programs translated in {time.perf_counter() - start:.1f} s", err=True)
+    if dtype not in ("float32", "float16", "float64", "bfloat16"):
+        fail(f"--dtype must be float32, float16, float64 or bfloat16, got {dtype!r}")
+    if shapes not in ("default", "release", "tiny"):
+        fail(f"--shapes must be default, release or tiny, got {shapes!r}")
+    found = catalogue_originals(programs, seed, dtype, shapes)
+    typer.echo(f"{len(found)} programs translated in {time.perf_counter() - start:.1f} s", err=True)
+    sample, left_out = [p for p, _ in found], []
+    if check_originals:
+        sample, left_out = verified_originals(found, workers, timeout_s, seed)
+        typer.echo(f"{len(left_out)} originals left out: they do not verify against PyTorch in {dtype}, or their "
+                   "outputs do not depend on the inputs there", err=True)
     try:
         result = survey(sample, pool_verifier(workers, timeout_s, seed=seed), strategy or None, cap=cap,
                         per_site=per_site, inline_cap=inline_cap, seed=seed,
@@ -247,9 +296,14 @@ def survey_(programs: Annotated[int, typer.Option("--programs", help="Catalogue 
         fail(str(e.args[0]))
     typer.echo(f"done in {time.perf_counter() - start:.1f} s", err=True)
     if as_json:
-        typer.echo(json.dumps(result.to_json(), indent=1))
+        typer.echo(json.dumps({**result.to_json(), "dtype": dtype, "shapes": shapes, "left_out": left_out}, indent=1))
         return
-    typer.echo(f"Survey of {len(result.programs)} catalogue originals (cap {cap} applications per program and "
-               f"strategy, {per_site} variants per site, {inline_cap} compute_inline steps for the mathematical "
-               f"strategies, seed {seed}):\n")
+    typer.echo(f"Survey of {len(result.programs)} {dtype} catalogue originals at {shapes} shapes (cap {cap} "
+               f"applications per program and strategy, {per_site} variants per site, {inline_cap} compute_inline "
+               f"steps for the mathematical strategies, seed {seed}):\n")
     typer.echo(result.table())
+    if left_out:
+        typer.echo(f"\nLeft out, because the original itself does not verify against PyTorch in {dtype} (or its "
+                   "outputs are no evidence there):")
+        for row in left_out:
+            typer.echo(f"- {row['program']}: {row['status']}: {row['error']}")

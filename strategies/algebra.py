@@ -19,6 +19,9 @@ import sympy
 from leir.printer import format_expr
 from strategies.algebra_common import Target, algebra_target, executions, finish, plural, unguarded_exp
 from strategies.base import Context, Illegal, Rewrite, Site, Strategy
+from strategies.legality import accumulated_terms
+from strategies.magnitudes import conditioning_problem, overflow_problem
+from strategies.numerics import sum_drift_problem
 from strategies.registry import register
 from strategies.sympy_bridge import Bridge, Untranslatable, count_ops, denominators, new_divisions
 from strategies.tree import replace_item
@@ -102,6 +105,13 @@ class SympyStrategy(Strategy):
             raise Illegal("back-substitution is not exact")
         if not _same_values(tr.expr, after):
             raise Illegal("numeric spot check of the identity failed")
+        code = st.stmt.lhs.dtype
+        problem = (overflow_problem(ctx.program, ctx.signature, st.loops, tr.target.expr, new_expr, code)
+                   or conditioning_problem(ctx.program, ctx.signature, st.loops, tr.target.expr, new_expr, code))
+        if not problem and tr.target.op in ("+", "-", "*"):
+            problem = sum_drift_problem(accumulated_terms(st.stmt, st.loops), st.stmt.lhs.dtype, st.stmt.lhs.tensor)
+        if problem:
+            raise Illegal(problem)
         self.check(ctx, tr, new_expr)
         stmt = tr.target.rebuild(new_expr)
         program = finish(ctx, replace_item(ctx.program, site.nest, site.path, (stmt,)))

@@ -11,6 +11,7 @@ from leir.printer import format_expr
 from leir.validate import validate
 from strategies.base import Context, Illegal
 from strategies.legality import iterations
+from strategies.numerics import unshifted_exp_problem
 from strategies.sympy_bridge import FLOAT_CODES
 
 
@@ -83,6 +84,14 @@ def is_plain_index(access: Access) -> bool:
     return all(type(i).__name__ == "Var" for i in access.indices) and len(set(names)) == len(names)
 
 
+def is_element_index(access: Access) -> bool:
+    """Every subscript is a bare loop variable or an integer literal, the variables all different
+    (`D_{tx,a}`, and `M_{tx,0}` as the translator writes a sum over a kept dimension)."""
+    names = [i.name for i in access.indices if type(i).__name__ == "Var"]
+    literal = [i for i in access.indices if type(i).__name__ == "Num" and isinstance(i.value, int)]
+    return len(names) + len(literal) == len(access.indices) and len(set(names)) == len(names)
+
+
 def contraction_values(ctx) -> set[str]:
     """Tensors whose values can grow with a reduction length: written by a sum reduction (`X=X+e`,
     `X=X-e`) or computed from such a tensor (attention logits, matmul outputs and what is derived
@@ -102,13 +111,18 @@ def contraction_values(ctx) -> set[str]:
 def unguarded_exp(ctx, shifted, shift) -> str | None:
     """Why exp(`shifted`) without the shift `shift` may overflow, or None: dropping or replacing the
     max shift of a softmax is only safe when the shifted values cannot grow (exp(x) is inf for
-    x > 88 in float32), so it is refused for values that come out of a sum reduction."""
+    x > 88 in float32), so it is refused for values that come out of a sum reduction, and always in
+    a dtype whose exp overflows within the range of ordinary data (float16: above 11)."""
     from leir.analysis import reduction_op
     from leir.ast import accesses
 
     shifts = {s.stmt.lhs.tensor for s in ctx.sites if reduction_op(s.stmt) == "max"}
     if shift is not None and not any(a.tensor in shifts for a in accesses(shift)):
         return None
+    codes = [a.dtype for a in (*accesses(shift if shift is not None else shifted), *accesses(shifted))]
+    dtype_problem = unshifted_exp_problem(codes[0]) if codes else None
+    if dtype_problem:
+        return dtype_problem
     grown = contraction_values(ctx)
     hit = sorted({a.tensor for a in accesses(shifted) if a.tensor in grown})
     if hit:

@@ -55,6 +55,29 @@ def _mixed_radix(coeffs: dict[str, int], bounds) -> bool:
     return True
 
 
+def merged_subscript_vars(stmt: Stmt, loops: tuple[Loop, ...]) -> list[str]:
+    """Loop variables in the statement's left-hand subscript that do not separate its elements
+    (`F_{tx,a//16}`: sixteen iterations of `a` write one element): such a loop is a reduction axis
+    too, although its variable appears on the left."""
+    from leir.analysis import lhs_vars
+
+    return [v for v in lhs_vars(stmt) if any(lp.var == v for lp in loops)
+            and separating_dim(stmt.lhs, v, loops) is None]
+
+
+def accumulated_terms(stmt: Stmt, loops: tuple[Loop, ...]) -> int:
+    """How many terms an update accumulates into each element: the product of the extents of its
+    reduction loops (those not in the left-hand subscript, and those merged by it)."""
+    from leir.analysis import lhs_vars
+
+    spatial = set(lhs_vars(stmt)) - set(merged_subscript_vars(stmt, loops))
+    total = 1
+    for lp in loops:
+        if lp.var not in spatial:
+            total *= lp.extent
+    return total
+
+
 def loop_carries_dependence(stmts: list[tuple[Stmt, tuple[Loop, ...]]], var: str) -> str | None:
     """Why iterations of loop `var` may interact, or None when they are independent: each write
     separates iterations in some dimension, and every read of a tensor written under the loop uses

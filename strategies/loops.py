@@ -15,14 +15,17 @@ from leir.ast import BinOp, Loop, Nest, Num, Program, Stmt, Var, map_stmt
 from leir.names import BIND_PREFIXES, bind_name
 from strategies.base import Context, Illegal, Rewrite, Site, Strategy
 from strategies.legality import (
+    accumulated_terms,
     body_statements,
     carrying_loops,
     iterations,
     keeps_relative_order,
     loop_carries_dependence,
+    merged_subscript_vars,
     misaligned,
     written_tensors,
 )
+from strategies.numerics import sum_drift_problem
 from strategies.registry import register
 from strategies.tree import (
     enclosing_loops,
@@ -547,6 +550,14 @@ class ReductionFactorization(Strategy):
             raise Illegal("the factor must properly divide the extent")
         if op is None or lp.var in lhs_vars(stmt):
             raise Illegal(f"{lp.var} is not a reduction axis of a reduction")
+        merged = merged_subscript_vars(stmt, nest.loops)
+        if merged:
+            raise Illegal(f"{merged[0]} appears in {stmt.lhs.tensor}'s subscript but several of its iterations "
+                          "accumulate into one element: the combining nest cannot run over it")
+        if op in ("+", "-", "*"):
+            drift = sum_drift_problem(accumulated_terms(stmt, nest.loops), stmt.lhs.dtype, stmt.lhs.tensor)
+            if drift:
+                raise Illegal(drift)
         x = stmt.lhs
         if any(a.tensor == x.tensor for a in _reads_without_self(stmt)):
             raise Illegal(f"the reduced value reads {x.tensor} elsewhere than as the accumulator")

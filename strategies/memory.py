@@ -12,7 +12,7 @@ from leir.ast import Access, BinOp, Loop, Nest, Num, Program, Stmt, Var, accesse
 from leir.printer import format_expr
 from strategies.base import Context, Illegal, Rewrite, Site, Strategy
 from strategies.graph import value_part
-from strategies.legality import aligned, body_statements, iterations, stmt_reads
+from strategies.legality import aligned, body_statements, iterations, merged_subscript_vars, stmt_reads
 from strategies.loops import _reads_without_self
 from strategies.registry import register
 from strategies.tree import fresh_indices, fresh_tensors, literal, map_program_stmts, vars_in
@@ -204,6 +204,10 @@ def cache_write(ctx: Context, top: int, tensor: str) -> Rewrite:
         raise Illegal(f"{tensor} accumulates onto earlier values: caching would reassociate")
     if any(a.tensor == tensor for a in _reads_without_self(stmt)):
         raise Illegal(f"the reduction reads {tensor} elsewhere than as the accumulator")
+    merged = merged_subscript_vars(stmt, nest.loops)
+    if merged:
+        raise Illegal(f"{merged[0]} appears in {tensor}'s subscript but several of its iterations accumulate into "
+                      "one element: a cache per iteration would lose the other iterations' terms")
     spatial = set(lhs_vars(stmt))
     depth = 0
     while depth < len(nest.loops) and nest.loops[depth].var in spatial:

@@ -35,8 +35,9 @@ from leir.ast import (
     walk_expr,
 )
 from leir.names import IndexNames, TensorNames
-from strategies.algebra_common import algebra_target, finish, is_plain_index, plural, text
+from strategies.algebra_common import algebra_target, finish, is_element_index, is_plain_index, plural, text
 from strategies.base import Context, Illegal, Rewrite, Site, Strategy
+from strategies.numerics import sum_drift_problem
 from strategies.registry import register
 from strategies.sympy_bridge import Bridge, Untranslatable
 from strategies.tree import replace_item, substitute_vars
@@ -49,7 +50,8 @@ NEG_INF = Neg(Num(float("inf")))
 @dataclass(frozen=True)
 class Reduction:
     """A top-level nest holding one reduction statement `X op e` with implicit initialisation, whose
-    left-hand subscripts are the other loops' variables and whose one reduction loop is serial."""
+    left-hand subscripts are the other loops' variables (or integer literals: `M_{tx,0}` for a sum
+    over a kept dimension) and whose one reduction loop is serial."""
 
     index: int
     nest: Nest
@@ -85,7 +87,7 @@ def reductions(ctx: Context) -> list[Reduction]:
         if st.path != (0,) or len(nest.body) != 1 or st.order not in ctx.inits:
             continue
         target = algebra_target(st.stmt)
-        if target is None or target.op not in ("+", "max") or not is_plain_index(st.stmt.lhs):
+        if target is None or target.op not in ("+", "max") or not is_element_index(st.stmt.lhs):
             continue
         used = set(lhs_vars(st.stmt))
         red = [i for i, lp in enumerate(nest.loops) if lp.var not in used]
@@ -300,6 +302,7 @@ class OnlineSoftmax(Strategy):
         pair = _find_pair(ctx, site)
         mx, sm = pair.mx, pair.sm
         why = untouched_between(ctx, mx.index, sm.index, _reads(mx.elem), {mx.acc.tensor, sm.acc.tensor})
+        why = why or sum_drift_problem(mx.red_loop.extent, sm.acc.dtype, sm.acc.tensor)
         if why:
             raise Illegal(why)
         h = fresh_tensors(ctx).fresh()
@@ -425,6 +428,7 @@ class FlashattentionWoTiling(Strategy):
         why = None
         for lo, hi in ((mx.index, pair.sm.index), (pair.sm.index, att.norm), (att.norm, att.mm)):
             why = why or untouched_between(ctx, lo, hi, _reads(mx.elem) | _reads(att.value), involved)
+        why = why or sum_drift_problem(mx.red_loop.extent, o.dtype, o.tensor)
         if why:
             raise Illegal(why)
         names = fresh_tensors(ctx)

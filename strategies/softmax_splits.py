@@ -17,6 +17,8 @@ import sympy
 from leir.ast import Access, And, BinOp, Call, Compare, Neg, Nest, Num, Or, Select, Stmt, Var, walk_expr
 from strategies.algebra_common import algebra_target, executions, finish, text, unguarded_exp
 from strategies.base import Illegal, Rewrite, Site, Strategy
+from strategies.legality import accumulated_terms
+from strategies.numerics import sum_drift_problem
 from strategies.registry import register
 from strategies.softmax import Reduction, depends_on, fresh_tensors, reductions
 from strategies.sympy_bridge import Bridge, Untranslatable
@@ -124,6 +126,8 @@ class ExponentialSplit(Strategy):
         else:
             new = BinOp("*", rest, Call("exp", (bridge.from_sympy(t),)))
         reason = unguarded_exp(ctx, bridge.from_sympy(arg - t), bridge.from_sympy(t))
+        if not reason and target.op is not None:
+            reason = sum_drift_problem(accumulated_terms(st.stmt, st.loops), st.stmt.lhs.dtype, st.stmt.lhs.tensor)
         if reason:
             raise Illegal(reason)
         stmt = target.rebuild(replace_nth_exp(target.expr, k, new))
@@ -152,17 +156,22 @@ class _ReductionSplit(Strategy):
                 yield r.site()
 
     def parameters(self, ctx, site):
-        r = _reduction(ctx, site)
+        r = _reduction(ctx, site, rewriting=False)
         yield from (p for p, _ in self.parameters_of(r))
 
     def parameters_of(self, r: Reduction):
         raise NotImplementedError
 
 
-def _reduction(ctx, site: Site) -> Reduction:
+def _reduction(ctx, site: Site, rewriting: bool = True) -> Reduction:
+    """The site's sum reduction; when rewriting, refused where splitting it moves the result beyond its
+    dtype's precision."""
     r = next((r for r in reductions(ctx) if r.order == site.stmts[0]), None)
     if r is None:
         raise Illegal("the nest is no longer a sum reduction with implicit initialisation")
+    drift = sum_drift_problem(r.red_loop.extent, r.acc.dtype, r.acc.tensor) if rewriting else None
+    if drift:
+        raise Illegal(drift)
     return r
 
 

@@ -1,7 +1,11 @@
 """Operator-level strategies: golden before/expected tests and refusals where illegal."""
 from __future__ import annotations
 
-from strategy_cases import assert_golden, results, sig
+import pytest
+from strategy_cases import assert_golden, ctx, results, sig
+
+from strategies.base import Illegal, Site
+from strategies.registry import get
 
 M_SIG = sig(("A", [4, 6], "float64", "input"), ("C", [6, 8], "float64", "input"), ("D", [4, 8], "float64", "output"))
 MM = "B^{4}_{tx=0}L^{8}_{a=0}L^{6}_{c=0}[D^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}+A^{f64,g}_{tx,c}*C^{f64,g}_{c,a};];"
@@ -124,3 +128,17 @@ def test_reduction_factorization_golden():
 
 def test_reduction_factorization_needs_a_reduction():
     assert results("reduction_factorization", SCAN, SCAN_SIG) == []
+
+
+# A group norm's statistics: F_{tx,a//4} sums A over a (4 channels per group), c and d. `a` is in the
+# subscript, yet four of its iterations accumulate into one element (the survey found rfactor 16x off).
+GROUP_SIG = sig(("A", [2, 8, 4, 2], "float64", "input"), ("F", [2, 2], "float64", "output"))
+GROUP_SUM = "B^{2}_{tx=0}L^{8}_{a=0}L^{4}_{c=0}L^{2}_{d=0}[F^{f64,g}_{tx,a//4}=F^{f64,g}_{tx,a//4}+A^{f64,g}_{tx,a,c,d};];"
+
+
+def test_reduction_factorization_refuses_a_subscript_that_merges_iterations():
+    assert results("reduction_factorization", GROUP_SUM, GROUP_SIG) == []
+    s = get("reduction_factorization")
+    site = Site(0, loops=("c",), stmts=(0,), tensors=("F",), extra=(("loop_index", 2),))
+    with pytest.raises(Illegal, match="a appears in F's subscript but several of its iterations accumulate"):
+        s.rewrite(ctx(GROUP_SUM, GROUP_SIG), site, {"factor": 2})

@@ -1,7 +1,9 @@
 """Memory-level strategies: golden before/expected tests and refusals where illegal."""
 from __future__ import annotations
 
-from strategy_cases import assert_golden, results, sig
+from strategy_cases import assert_golden, ctx, results, sig
+
+from strategies.registry import get
 
 S2 = sig(("A", [4, 8], "float64", "input"), ("C", [4, 8], "float64", "output"))
 ONE = ("B^{4}_{tx=0}[L^{8}_{a=0}[D^{f64,g}_{tx,a}=exp(A^{f64,g}_{tx,a});];"
@@ -58,3 +60,11 @@ def test_precompute_indices_golden_and_plain_subscripts():
         "L^{7}_{c=0}[D^{i64,g}_{c}=c+1;];"
         "B^{4}_{tx=0}L^{7}_{a=0}[C^{f64,g}_{tx,a}=A^{f64,g}_{tx,D^{i64,g}_{a}}-A^{f64,g}_{tx,a};];"], shift_sig)
     assert results("precompute_indices", MM, M_SIG) == []
+
+
+def test_cache_write_refuses_a_subscript_that_merges_iterations():
+    """F_{tx,a//4}: a local accumulator per iteration of a would keep only the last of four channels
+    (the survey found group norm off by a factor 4 after this cache)."""
+    s = sig(("A", [2, 8, 3], "float64", "input"), ("F", [2, 2], "float64", "output"))
+    group_sum = "B^{2}_{tx=0}L^{8}_{a=0}L^{3}_{c=0}[F^{f64,g}_{tx,a//4}=F^{f64,g}_{tx,a//4}+A^{f64,g}_{tx,a,c};];"
+    assert not any("write" in str(t.params) for t in get("cache_read_write").transformations(ctx(group_sum, s)))

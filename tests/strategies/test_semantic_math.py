@@ -57,6 +57,15 @@ ROW_SUMS = {
                       ("F", [4], "float64", "output")),
 }
 
+# Reductions over a kept dimension (M_{tx,0}), as the translator writes x.sum(dim=1) and logsumexp.
+KEPT_DIM = {
+    "leir": ("B^{4}_{tx=0}L^{8}_{a=0}[M^{f64,g}_{tx,0}=M^{f64,g}_{tx,0}+(1+A^{f64,g}_{tx,a}-exp(A^{f64,g}_{tx,a}));];"
+             "B^{4}_{tx=0}L^{8}_{a=0}[E^{f64,g}_{tx,0}=max(E^{f64,g}_{tx,0},A^{f64,g}_{tx,a});];"
+             "B^{4}_{tx=0}L^{8}_{a=0}[F^{f64,g}_{tx,0}=F^{f64,g}_{tx,0}+exp(A^{f64,g}_{tx,a}-E^{f64,g}_{tx,0});];"
+             "B^{4}_{tx=0}[D^{f64,g}_{tx}=log(F^{f64,g}_{tx,0})+E^{f64,g}_{tx,0}-0.5*M^{f64,g}_{tx,0};];"),
+    "signature": _sig(("A", [4, 8], "float64", "input"), ("D", [4], "float64", "output")),
+}
+
 OWN_PROGRAMS = {
     "factor": _pointwise("A*A+A*C"),
     "square": _pointwise("A**2+2*A*C+C**2"),
@@ -74,6 +83,7 @@ OWN_PROGRAMS = {
     "attention": ATTENTION,
     "cached_softmax": CACHED_SOFTMAX,
     "row_sums": ROW_SUMS,
+    "kept_dim": KEPT_DIM,
 }
 
 

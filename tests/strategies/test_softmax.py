@@ -135,3 +135,47 @@ def test_the_max_shift_of_a_softmax_over_a_matmul_is_never_dropped():
     for name in ("exponential_split", "expand_powsimp", "partially_equivalent_then_correct"):
         assert results(name, over_logits, s) == [], name
     assert results("exponential_split", SOFTMAX, SIG)  # bounded inputs: still applies
+
+
+# Reductions over a kept dimension, as the translator writes x.sum(dim=1) and logsumexp: M_{tx,0}.
+KEPT_SIG = sig(("A", [4, 8], "float64", "input"), ("C", [4], "float64", "output"))
+KL_SUM = ("B^{4}_{tx=0}L^{8}_{a=0}[M^{f64,g}_{tx,0}=M^{f64,g}_{tx,0}+(1+A^{f64,g}_{tx,a}-exp(A^{f64,g}_{tx,a}));];"
+          "B^{4}_{tx=0}[C^{f64,g}_{tx}=-0.5*M^{f64,g}_{tx,0};];")
+LSE = ("B^{4}_{tx=0}L^{8}_{a=0}[E^{f64,g}_{tx,0}=max(E^{f64,g}_{tx,0},A^{f64,g}_{tx,a});];"
+       "B^{4}_{tx=0}L^{8}_{a=0}[F^{f64,g}_{tx,0}=F^{f64,g}_{tx,0}+exp(A^{f64,g}_{tx,a}-E^{f64,g}_{tx,0});];"
+       "B^{4}_{tx=0}[C^{f64,g}_{tx}=log(F^{f64,g}_{tx,0})+E^{f64,g}_{tx,0};];")
+
+
+def test_splits_see_a_sum_over_a_kept_dimension():
+    """The VAE's KL term sums 1 + logvar - exp(logvar) into M_{tx,0}: one split per term."""
+    tail = "B^{4}_{tx=0}[C^{f64,g}_{tx}=-0.5*M^{f64,g}_{tx,0};];"
+    first = ("B^{4}_{tx=0}L^{8}_{a=0}[M^{f64,g}_{tx,0}=M^{f64,g}_{tx,0}+(1-exp(A^{f64,g}_{tx,a}));];"
+             "B^{4}_{tx=0}L^{8}_{a=0}[M^{f64,g}_{tx,0}=M^{f64,g}_{tx,0}+A^{f64,g}_{tx,a};];")
+    second = ("B^{4}_{tx=0}L^{8}_{a=0}[M^{f64,g}_{tx,0}=M^{f64,g}_{tx,0}+(A^{f64,g}_{tx,a}+1);];"
+              "B^{4}_{tx=0}L^{8}_{a=0}[M^{f64,g}_{tx,0}=M^{f64,g}_{tx,0}-exp(A^{f64,g}_{tx,a});];")
+    third = ("B^{4}_{tx=0}L^{8}_{a=0}[M^{f64,g}_{tx,0}=M^{f64,g}_{tx,0}+(A^{f64,g}_{tx,a}-exp(A^{f64,g}_{tx,a}));];"
+             "B^{4}_{tx=0}[M^{f64,g}_{tx,0}=M^{f64,g}_{tx,0}+8;];")
+    assert_golden("additive_split", KL_SUM, [first + tail, second + tail, third + tail], KEPT_SIG)
+
+
+def test_softmax_family_sees_logsumexp_over_a_kept_dimension():
+    running = ("B^{4}_{tx=0}L^{8}_{a=0}[G^{f64,g}_{tx,0}=if_then_else(a-1<0,-inf,E^{f64,g}_{tx,0});"
+               "E^{f64,g}_{tx,0}=max(G^{f64,g}_{tx,0},A^{f64,g}_{tx,a});"
+               "F^{f64,g}_{tx,0}=if_then_else(a-1<0,0,F^{f64,g}_{tx,0}*exp(G^{f64,g}_{tx,0}-E^{f64,g}_{tx,0}))"
+               "+exp(A^{f64,g}_{tx,a}-E^{f64,g}_{tx,0});];")
+    final = "B^{4}_{tx=0}[C^{f64,g}_{tx}=log(F^{f64,g}_{tx,0})+E^{f64,g}_{tx,0};];"
+    assert_golden("online_softmax", LSE, [running + final], KEPT_SIG)
+    partial = LSE.replace("exp(A^{f64,g}_{tx,a}-E^{f64,g}_{tx,0})", "exp(A^{f64,g}_{tx,a}-A^{f64,g}_{tx,0})")
+    fix = "B^{4}_{tx=0}[F^{f64,g}_{tx,0}=F^{f64,g}_{tx,0}*exp(A^{f64,g}_{tx,0}-E^{f64,g}_{tx,0});];"
+    parts = partial.split(";];")
+    assert_golden("partially_equivalent_then_correct", LSE,
+                  [parts[0] + ";];" + parts[1] + ";];" + fix + parts[2] + ";];"], KEPT_SIG)
+
+
+def test_a_subscript_expression_is_no_kept_dimension():
+    """Only bare variables and integer literals: D_{tx+1} or D_{a//2} are not reductions the splits
+    understand."""
+    shifted = KL_SUM.replace("M^{f64,g}_{tx,0}", "M^{f64,g}_{tx+1,0}").replace(
+        "C^{f64,g}_{tx}=-0.5*M^{f64,g}_{tx+1,0}", "C^{f64,g}_{tx}=-0.5*M^{f64,g}_{tx+1,0}")
+    s = sig(("A", [4, 8], "float64", "input"), ("C", [4], "float64", "output"))
+    assert results("additive_split", shifted, s) == []
