@@ -24,7 +24,7 @@ def emit_primfunc(plan: Plan, signature: Signature):
     with IRBuilder() as ib:
         with T.prim_func():
             T.func_name("main")
-            T.func_attr({"tir.noalias": True})
+            T.func_attr({"tirx.noalias": True})
             buffers = {}
             for spec in signature.tensors:  # argument order = signature order
                 buffers[spec.name] = T.arg(spec.name, T.buffer(spec.shape, spec.dtype))
