@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -11,6 +12,14 @@ import typer
 
 from leir.errors import LeirSyntaxError, SignatureError
 from leir.signature import Signature
+
+
+class Form(StrEnum):
+    """The lowering forms of `leir.lower.FORMS` (listed here so that `--help` needs no TVM)."""
+
+    plain = "plain"
+    tensorir = "tensorir"
+
 
 FileArg = Annotated[str, typer.Argument(help="File with one LEIR program per line, or '-' for stdin.")]
 SignatureOpt = Annotated[Path, typer.Option("--signature", "-s", help="Signature JSON "

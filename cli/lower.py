@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from cli.common import fail, load_signature
+from cli.common import Form, fail, load_signature
 
 
 class Target(StrEnum):
@@ -40,11 +40,16 @@ def lower_command(
     emit: Annotated[Emit, typer.Option(help="tir: TVMScript of the lowered PrimFunc; cuda: CUDA C source "
                                        "(no GPU or compiler needed).")] = Emit.tir,
     arch: Annotated[str, typer.Option(help="CUDA architecture.")] = "sm_90",
+    form: Annotated[Form, typer.Option(help="plain: loops and buffer stores (fast to build); tensorir: "
+                                       "TVM's block form (T.sblock per statement, iterator kinds, reads/writes, "
+                                       "T.init), which tvm.s_tir.Schedule and MetaSchedule accept. Both compute "
+                                       "the same values.")] = Form.plain,
 ):
     """Lower one program to TVM TIR and print it (or its CUDA source).
 
-    The output is deterministic: the same program and signature always print the same bytes.
-    Errors go to stderr as `FILE:LINE:COL: error: ...` (syntax) or `error: ...` (lowering), exit 2.
+    The output is deterministic: the same program and signature always print the same bytes, and
+    parses back with `tvm.script.from_source`. Errors go to stderr as `FILE:LINE:COL: error: ...`
+    (syntax) or `error: ...` (lowering), exit 2.
     """
     from leir.errors import LeirError, LeirSyntaxError
     from leir.parse import parse_program
@@ -62,7 +67,8 @@ def lower_command(
     from leir.lower import cuda_source, lower_to_script  # imports TVM (~2 s): only when needed
 
     try:
-        out = cuda_source(program, sig, arch) if emit is Emit.cuda else lower_to_script(program, sig, kind)
+        out = (cuda_source(program, sig, arch, form.value) if emit is Emit.cuda
+               else lower_to_script(program, sig, kind, form.value))
     except LeirError as e:
         fail(str(e))
     sys.stdout.write(out if out.endswith("\n") else out + "\n")

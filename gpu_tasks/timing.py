@@ -45,6 +45,7 @@ class TimingRequest:
     seed: int = 0
     limits: Limits = DEFAULT_LIMITS
     lock_path: str | None = None
+    form: str = "plain"  # the lowering form both sides are built in (leir.lower.FORMS)
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ def time_pair_job(request: TimingRequest) -> Timing:
         signature = load_signature(request.signature)
         before = load_program("before", request.before, signature, request.limits)
         after = load_program("after", request.after, signature, request.limits)
-        built = [build(label, p, signature, request.target, request.arch, TIMING_CACHE)
+        built = [build(label, p, signature, request.target, request.arch, TIMING_CACHE, request.form)
                  for label, p in (("before", before), ("after", after))]
     except VerificationFailed as failed:
         return Timing(failed.verification.status, error=failed.verification.error)
