@@ -3,23 +3,27 @@
 One block per LEIR statement (and per explicit initialisation), whose iterators are the statement's
 enclosing LEIR loops, each with a kind:
 
-- `S` (spatial): the loop index appears in the left-hand subscript (LEIR.md §4.3);
-- `R` (reduction): it does not, so iterations update or overwrite the same elements;
+- `S` (spatial): the loop index appears in the left-hand subscript (LEIR.md §4.3) and distinct
+  values of it write distinct elements (`data_parallel`);
+- `R` (reduction): it does not appear, so iterations update or overwrite the same elements;
+- `opaque` for an index that appears but whose distinct values may write the same element
+  (`F_{a//3}`, a scatter through a gather): TVM takes an `S` iterator as data parallel and would
+  let the scheduler run it in parallel, and an `R` iterator must not index the written buffer;
 - `scan` (TVM's ordered iterator): a spatial loop across whose iterations a value flows through an
   intermediate (`H_{a}=H_{a-1}+...`). TVM allocates an intermediate at the lowest loop that encloses
   all its accesses and keeps only what one iteration touches (PlanAndUpdateBufferAllocationLocation,
   CompactBufferAllocation); a `scan` iterator whose index appears in the block's region of the
   intermediate makes it allocate above that loop instead (buffer_access_lca_detector.cc), so the
   value survives from one iteration to the next. Reduction iterators already have that effect.
-- `opaque`: a vectorized loop that encloses every access of an intermediate. TVM 0.27 would allocate
+- `opaque`, too, for a vectorized loop that encloses every access of an intermediate. TVM 0.27 would allocate
   the intermediate inside the loop, one element per iteration, and its VectorizeLoop then hoists that
   allocation out of the loop without widening it, so all lanes share one element (wrong results);
   an opaque iterator moves the allocation above the loop, as a scan does, without claiming an order.
 
 Implicit initialisation (§4.4) becomes `T.init()` where that is exact: TVM runs the init when every
 reduction iterator is at its first value, which is "before the first update of each element" exactly
-when distinct spatial points write distinct elements (`injective`). Otherwise the plan's explicit
-fill stays, as a block of its own, where the plain form puts it.
+when distinct spatial points write distinct elements (every LEIR-spatial index is `S`). Otherwise the
+plan's explicit fill stays, as a block of its own, where the plain form puts it.
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from leir.analysis import StmtSite, affine_form, implicit_inits, lhs_vars, statement_sites
-from leir.ast import Access, Program, accesses
+from leir.ast import Access, Program, Var, accesses, walk_expr
 from leir.lower.planner import Plan, PLoop, PStore
 from leir.signature import Signature
 
@@ -68,24 +72,25 @@ def plan_blocks(plan: Plan, program: Program, signature: Signature) -> BlockPlan
     inits = implicit_inits(program, signature)
     notes: list[str] = []
     marks = _allocation_marks(placed, plan, notes)
-    init_orders = set()
-    for order in inits:
-        site = sites[order]
-        loops = next(_iter_loops(chain, site) for store, chain in placed if store.order == order and not store.is_fill)
-        spatial = set(lhs_vars(site.stmt))
-        if injective(site.stmt.lhs, [lp for lp in loops if lp.var in spatial]):
-            init_orders.add(order)
-        else:
-            notes.append(f"{_where(site)}: explicit initialisation block (distinct spatial iterations may write "
-                         "the same element, so T.init() would reset a partial result)")
     names = _block_names(placed, sites)
-    blocks = {}
+    init_orders, blocks = set(), {}
     for store, chain in placed:
         site = sites[store.order]
         loops = _iter_loops(chain, site)
-        spatial = set(lhs_vars(site.stmt))
-        kinds = tuple(marks.get((store.order, store.is_fill, lp.uid)) or (SPATIAL if lp.var in spatial
-                      else REDUCTION) for lp in loops)
+        leir_spatial = [lp for lp in loops if lp.var in set(lhs_vars(site.stmt))]
+        spatial = {lp.var for lp in data_parallel(store.lhs, leir_spatial)}
+        opaque = [lp.var for lp in leir_spatial if lp.var not in spatial]
+        if opaque:
+            notes.append(f"{_where(site)}{' (its initialisation)' if store.is_fill else ''}: {', '.join(opaque)} "
+                         "iterated as opaque (distinct iterations may write the same element)")
+        if store.order in inits and not store.is_fill:
+            if opaque:
+                notes.append(f"{_where(site)}: explicit initialisation block (distinct spatial iterations may write "
+                             "the same element, so T.init() would reset a partial result)")
+            else:
+                init_orders.add(store.order)
+        kinds = tuple(marks.get((store.order, store.is_fill, lp.uid)) or (
+            SPATIAL if lp.var in spatial else OPAQUE if lp in leir_spatial else REDUCTION) for lp in loops)
         init = inits[store.order] if not store.is_fill and store.order in init_orders else None
         blocks[(store.order, store.is_fill)] = BlockSpec(names[(store.order, store.is_fill)],
                                                          tuple(lp.var for lp in loops), kinds, init)
@@ -128,15 +133,30 @@ def _block_names(placed, sites) -> dict[tuple[int, bool], str]:
 
 # --- T.init: distinct spatial points write distinct elements -------------------------------------------
 
+def data_parallel(lhs: Access, loops: list[PLoop]) -> list[PLoop]:
+    """The largest-found subset of `loops` (indices of the left-hand side) whose distinct values write
+    distinct elements whatever the other indices are: those that appear in a non-affine subscript go
+    first (`a//3`, a gather), then the innermost until the rest is `injective`."""
+    chosen = [lp for lp in loops if not any(lp.var in _vars_of(ix) and affine_form(ix) is None
+                                            for ix in lhs.indices)]
+    while chosen and not injective(lhs, chosen):
+        chosen.pop()
+    return chosen
+
+
 def injective(lhs: Access, loops: list[PLoop]) -> bool:
     """Whether distinct values of the `loops`' indices make `lhs` name distinct elements (over the
-    loops' box). False when it cannot be shown (a gather, a non-affine subscript, a huge box)."""
-    forms = [affine_form(ix) for ix in lhs.indices]
-    if any(f is None for f in forms):
-        return False
+    loops' box), any other index held fixed. False when it cannot be shown (a gather or a
+    non-affine subscript over these indices, a huge box)."""
     names = {lp.var for lp in loops}
-    if any(v not in names for coeffs, _ in forms for v in coeffs):
-        return False
+    forms = []
+    for ix in lhs.indices:
+        if not _vars_of(ix) & names:
+            continue  # the same element for every value of these indices
+        form = affine_form(ix)
+        if form is None:
+            return False
+        forms.append(({v: c for v, c in form[0].items() if v in names}, 0))  # the others only shift it
     if _mixed_radix_injective(forms, loops):
         return True
     points = math.prod(lp.extent for lp in loops)
@@ -233,9 +253,11 @@ def _common_loops(chains) -> list[PLoop]:
 
 
 def _vars(acc: Access) -> set[str]:
-    from leir.ast import Var, walk_expr
+    return {v for ix in acc.indices for v in _vars_of(ix)}
 
-    return {n.name for ix in acc.indices for n in walk_expr(ix) if isinstance(n, Var)}
+
+def _vars_of(expr) -> set[str]:
+    return {n.name for n in walk_expr(expr) if isinstance(n, Var)}
 
 
 def _partitioned(group: list[_Use], loop: PLoop, depth: int) -> bool:

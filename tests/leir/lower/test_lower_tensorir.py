@@ -160,3 +160,29 @@ def test_an_intermediate_inside_a_vectorized_loop_keeps_one_element_per_lane(mon
     assert forms_disagree(program, s) == ""
     monkeypatch.setattr(blocks, "_allocation_marks", lambda placed, plan, notes: {})
     assert not np.allclose(run_executable(build(program, s, form="tensorir"), s, inputs)["C"], want)
+
+
+@pytest.mark.parametrize("lhs, loops, expected", [
+    ("C^{f64,g}_{a,c}", [("a", 4), ("c", 5)], ["a", "c"]),
+    ("C^{f64,g}_{a//2,c}", [("a", 4), ("c", 5)], ["c"]),      # a//2: distinct a, same element
+    ("C^{f64,g}_{a+c}", [("a", 4), ("c", 5)], ["a"]),         # either alone is data parallel
+    ("C^{f64,g}_{I^{i64,g}_{a},c}", [("a", 4), ("c", 5)], ["c"]),
+])
+def test_data_parallel_indices(lhs, loops, expected):
+    from leir import parse_program
+    from leir.lower.planner import PLoop
+
+    stmt = parse_program(f"L^{{1}}_{{a=0}}[{lhs}=1;];").nests[0].body[0]
+    assert [lp.var for lp in blocks.data_parallel(stmt.lhs, [PLoop(v, 0, n, "serial") for v, n in loops])] == expected
+
+
+def test_an_index_that_writes_an_element_twice_is_opaque_not_spatial():
+    """Group norm sums groups of channels into F_{tx,a//3}: TVM must not take `a` as data parallel
+    (a scheduler would run it in parallel and race), so it is opaque, and the sum gets an init block."""
+    s = sig({"A": ((3, 6, 4), "float64")}, {"C": ((3, 2), "float64")})
+    program = ("B^{3}_{tx=0}L^{6}_{a=0}L^{4}_{c=0}[C^{f64,g}_{tx,a//3}=C^{f64,g}_{tx,a//3}+A^{f64,g}_{tx,a,c};];")
+    text = lower_to_script(program, s, form="tensorir")
+    assert "v_tx = T.axis.spatial(3, tx)" in text and "v_a = T.axis.opaque(6, a)" in text
+    assert "v_c = T.axis.reduce(4, c)" in text and 'T.sblock("C_init")' in text and "T.init()" not in text
+    assert any("a iterated as opaque" in n for n in plan(program, s, form="tensorir").notes)
+    assert forms_disagree(program, s) == "" and schedule_rejects(lower_to_primfunc(program, s, form="tensorir")) == ""
