@@ -1,30 +1,19 @@
-"""TVM's own MetaSchedule-tuned time for a PyTorch module: the practical limit the search report
-compares our search against (issue 8).
+"""TVM's MetaSchedule-tuned time for a PyTorch module through Relax: the second reference figure of
+the search report (issue 8; the first, `gpu_tasks.metaschedule`, tunes the very function our search
+times).
 
-The path is TVM's, not ours: our lowering emits plain loops without schedulable blocks, so the
-reference starts again from the module: `torch.export` -> Relax (`from_exported_program`) -> the
+The path is TVM's own from the module: `torch.export` -> Relax (`from_exported_program`) -> the
 preparation `compile_relax` applies (library dispatch, `LegalizeOps`, `FuseOps`, `FuseTIR`) ->
 `tune_relax` over the fused kernels -> `compile_relax`. The compiled function must agree with
-PyTorch eager; then each tuned kernel is timed alone (the figure comparable with our kernel times)
-and the whole function once through the Relax VM.
-
-Builder workers use `build_without_gpu_intrinsics`: TVM's default build function first imports
-`tvm.s_tir.tensor_intrin`, whose CUDA part alone takes ~47 s on a 2-core machine, in every builder
-process, and LocalBuilder starts new processes for every batch. CPU targets never use those
-intrinsics.
+PyTorch eager; then each tuned kernel is timed alone and the whole function once through the Relax
+VM. Its kernels are TVM's legalized operators, not our program, so the figure can differ from the
+tuned TensorIR of the same program (fusion, layouts, a different starting loop nest).
 """
 from __future__ import annotations
 
-import os
 import tempfile
 
-
-def build_without_gpu_intrinsics(mod, target, _params):
-    """MetaSchedule's default build, less the import of every tensor intrinsic of every target."""
-    from tvm.driver import build as tvm_build
-    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
-
-    return tvm_build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target)
+from gpu_tasks.metaschedule import build_without_gpu_intrinsics, quiet_metaschedule, tuning_target
 
 
 def _fuse(mod, target):
@@ -53,8 +42,6 @@ def metaschedule_times(module, inputs, trials: int, seed: int = 0) -> dict:
       VM's call and allocation overhead (it dominates on tiny programs);
     - `kernels`: the number of fused kernels tuned.
     """
-    import logging
-
     import torch
     import tvm
     from tvm import relax
@@ -63,16 +50,10 @@ def metaschedule_times(module, inputs, trials: int, seed: int = 0) -> dict:
 
     with torch.no_grad():
         mod = from_exported_program(torch.export.export(module, tuple(inputs)))
-    target = tvm.target.Target({"kind": "llvm", "mcpu": tvm.target.codegen.llvm_get_system_cpu(),
-                                "num-cores": os.cpu_count() or 1})
+    target = tuning_target()
     fused = _fuse(mod, target)
     kernels = len(ms.relax_integration.extract_tasks(fused, target))
-    # MetaSchedule logs every round to stdout at INFO (its log files go to the work dir): quiet it
-    # for the tuning, then give the caller's level back.
-    logger = logging.getLogger("tvm.s_tir.meta_schedule")
-    level = logger.level
-    logger.setLevel(logging.WARNING)
-    try:
+    with quiet_metaschedule():
         with tempfile.TemporaryDirectory() as wd:
             builder = ms.builder.LocalBuilder(max_workers=1, timeout_sec=600, f_build=build_without_gpu_intrinsics)
             db = ms.relax_integration.tune_relax(mod=fused, params={}, target=target, work_dir=wd,
@@ -81,8 +62,6 @@ def metaschedule_times(module, inputs, trials: int, seed: int = 0) -> dict:
             ex = ms.relax_integration.compile_relax(db, mod, target, params=None)
             with target, db, tvm.transform.PassContext(opt_level=3):
                 tuned = relax.transform.MetaScheduleApplyDatabase()(fused)
-    finally:
-        logger.setLevel(level)
     dev = tvm.cpu()
     vm = relax.VirtualMachine(ex, dev)
     args = [tvm.runtime.tensor(x.detach().contiguous().numpy(), dev) for x in inputs]

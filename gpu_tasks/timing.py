@@ -133,6 +133,11 @@ def measure_interleaved(evaluators: list, args: list[list], repeats: int) -> lis
     return samples
 
 
+def summarize_samples(samples: list[list[float]]) -> tuple[list[float], float]:
+    """(median in µs of each evaluator's samples (seconds), the largest relative interquartile range)."""
+    return [float(np.median(s)) * 1e6 for s in samples], max(_relative_iqr(s) for s in samples)
+
+
 def summarize(samples: list[list[float]], request: TimingRequest, fingerprint: dict) -> Timing:
     before_us, after_us = (float(np.median(s)) * 1e6 for s in samples)
     spreads = [_relative_iqr(s) for s in samples]
