@@ -13,7 +13,12 @@ from __future__ import annotations
 
 import tempfile
 
-from gpu_tasks.metaschedule import build_without_gpu_intrinsics, quiet_metaschedule, tuning_target
+from gpu_tasks.metaschedule import (
+    build_without_gpu_intrinsics,
+    quiet_metaschedule,
+    register_cpu_intrinsics,
+    tuning_target,
+)
 
 
 def _fuse(mod, target):
@@ -53,6 +58,7 @@ def metaschedule_times(module, inputs, trials: int, seed: int = 0) -> dict:
     target = tuning_target()
     fused = _fuse(mod, target)
     kernels = len(ms.relax_integration.extract_tasks(fused, target))
+    register_cpu_intrinsics()
     with quiet_metaschedule():
         with tempfile.TemporaryDirectory() as wd:
             builder = ms.builder.LocalBuilder(max_workers=1, timeout_sec=600, f_build=build_without_gpu_intrinsics)

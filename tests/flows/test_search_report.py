@@ -1,6 +1,6 @@
 """The search report's references (issue 13): MetaSchedule tunes the TensorIR of the program the search
 times and is timed in one session with the naive program and the search's best state; the Relax path
-is a second, optional figure; a failing part is reported, never hidden. No tuning runs here (the
+is a second figure (on by default, optional); a failing part is reported, never hidden. No tuning runs here (the
 tuned reference itself: tests/gpu_tasks/test_metaschedule.py)."""
 from __future__ import annotations
 
@@ -54,12 +54,13 @@ def fake_parts(monkeypatch):
 def test_references_tune_the_program_and_time_the_best_state_in_the_same_session(fake_parts):
     cfg = {**search.DEFAULTS, "reference_programs": 1, "repeats": 3, "min_repeat_ms": 7}
     [row] = search.references([PROGRAM, {**PROGRAM, "program_id": "p2"}], load_params(), cfg, {"p1": "BEST"})
-    assert fake_parts == [("tensorir", PROGRAM["leir"], 32, {"best": "BEST", "repeats": 3, "min_repeat_ms": 7})]
+    assert fake_parts == [("tensorir", PROGRAM["leir"], 32, {"best": "BEST", "repeats": 3, "min_repeat_ms": 7}),
+                          ("relax", "module", 32)]
     assert row["metaschedule_us"] == 10.0 and row["session_best_us"] == 20.0 and row["torch_eager_us"] == 40.0
-    assert row["metaschedule_relax_us"] is None and row["error"] is None  # Relax is off by default
-    [row] = search.references([PROGRAM], load_params(), {**cfg, "metaschedule_relax": True})
-    assert fake_parts[-1] == ("relax", "module", 32) and fake_parts[-2][3]["best"] is None
-    assert (row["metaschedule_relax_us"], row["metaschedule_relax_vm_us"]) == (12.0, 30.0)
+    assert (row["metaschedule_relax_us"], row["metaschedule_relax_vm_us"]) == (12.0, 30.0) and row["error"] is None
+    [row] = search.references([PROGRAM], load_params(), {**cfg, "metaschedule_relax": False})
+    assert fake_parts[-1][0] == "tensorir" and fake_parts[-1][3]["best"] is None
+    assert row["metaschedule_relax_us"] is None
     fake_parts.clear()
     [row] = search.references([PROGRAM], load_params(), {**cfg, "metaschedule_trials": 0})
     assert fake_parts == [] and row["metaschedule_us"] is None and row["torch_eager_us"] == 40.0
@@ -72,7 +73,7 @@ def test_a_failing_part_is_reported_and_the_others_still_run(fake_parts, monkeyp
         raise gpu_tasks.metaschedule.MetaScheduleError("MetaSchedule found no valid schedule in 32 trials")
 
     monkeypatch.setattr(gpu_tasks.metaschedule, "tensorir_reference", fails)
-    [row] = search.references([PROGRAM], load_params(), {**search.DEFAULTS, "metaschedule_relax": True})
+    [row] = search.references([PROGRAM], load_params(), search.DEFAULTS)
     assert row["error"] == "tensorir: MetaScheduleError: MetaSchedule found no valid schedule in 32 trials"
     assert row["metaschedule_us"] is None and row["metaschedule_relax_us"] == 12.0 and row["torch_eager_us"] == 40.0
 

@@ -51,6 +51,19 @@ def test_a_tuned_function_is_checked_and_timed_in_one_session_with_the_program_a
     assert alone.best_us is None
 
 
+def test_tuning_registers_only_the_host_cpus_intrinsics():
+    """In a fresh process (the registration is once per process): x86 intrinsics are there, the CUDA
+    module (50 s to import on 2 cores) is not, and the package keeps working for MetaSchedule."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from gpu_tasks.metaschedule import register_cpu_intrinsics; register_cpu_intrinsics(); "
+            "import tvm, tvm.s_tir.tensor_intrin; from tvm.s_tir import TensorIntrin; "
+            "print('tvm.s_tir.tensor_intrin.cuda' in sys.modules, TensorIntrin.get('dot_16x4_vnni') is not None)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.split() == ["False", "True"]
+
+
 def test_a_tuned_function_that_computes_something_else_is_refused():
     wrong = lower_to_primfunc(MATMUL.replace("+A", "-A"), SIG, form="tensorir")
     with pytest.raises(MetaScheduleError, match="differs from the program: mismatch"):
