@@ -19,6 +19,9 @@ enclosing LEIR loops, each with a kind:
   the intermediate inside the loop, one element per iteration, and its VectorizeLoop then hoists that
   allocation out of the loop without widening it, so all lanes share one element (wrong results);
   an opaque iterator moves the allocation above the loop, as a scan does, without claiming an order.
+  Likewise for a loop bound to a CUDA thread around every access of a global intermediate: CUDA
+  allocates global memory outside kernels only (TVM lifts such buffers above `blockIdx` loops itself,
+  not above `threadIdx` ones).
 
 Implicit initialisation (§4.4) becomes `T.init()` where that is exact: TVM runs the init when every
 reduction iterator is at its first value, which is "before the first update of each element" exactly
@@ -232,6 +235,8 @@ def _allocation_marks(placed, plan: Plan, notes: list[str]) -> dict[tuple[int, b
                 kind, why = SCAN, "carries values of {t} from one iteration to the next"
             elif loop.kind == "vectorized":
                 kind, why = OPAQUE, "is vectorized and holds every access of {t}"
+            elif loop.kind == "thread" and plan.scopes.get(tensor) == "global":
+                kind, why = OPAQUE, "is a GPU thread loop around every access of {t}, a global buffer"
             else:
                 continue
             writers = [u for u in group if u.write and loop.var in _vars(u.access)]

@@ -186,3 +186,17 @@ def test_an_index_that_writes_an_element_twice_is_opaque_not_spatial():
     assert "v_c = T.axis.reduce(4, c)" in text and 'T.sblock("C_init")' in text and "T.init()" not in text
     assert any("a iterated as opaque" in n for n in plan(program, s, form="tensorir").notes)
     assert forms_disagree(program, s) == "" and schedule_rejects(lower_to_primfunc(program, s, form="tensorir")) == ""
+
+
+def test_a_global_intermediate_of_one_kernel_is_allocated_outside_it_on_cuda():
+    """tanh over temporaries: D and E are global and live in one kernel; CUDA allocates global memory
+    outside kernels only, so their writers iterate the thread loop as opaque (TVM lifts global
+    buffers above blockIdx loops, not above threadIdx ones)."""
+    from leir.lower import cuda_source
+
+    s = sig({"A": ((4, 8), "float32")}, {"C": ((4, 8), "float32")})
+    program = ("B^{4}_{tx=0}L^{8}_{a=0}[D^{f32,g}_{tx,a}=exp(A^{f32,g}_{tx,a});E^{f32,g}_{tx,a}=exp(-A^{f32,g}_{tx,a});"
+               "C^{f32,g}_{tx,a}=(D^{f32,g}_{tx,a}-E^{f32,g}_{tx,a})/(D^{f32,g}_{tx,a}+E^{f32,g}_{tx,a});];")
+    assert "v_tx = T.axis.opaque(4, tx)" in lower_to_script(program, s, "cuda", form="tensorir")
+    assert "v_tx = T.axis.opaque" not in lower_to_script(program, s, "llvm", form="tensorir")
+    assert "__global__" in cuda_source(program, s, form="tensorir")
