@@ -68,14 +68,21 @@ def register_cpu_intrinsics() -> None:
 @contextmanager
 def quiet_metaschedule() -> Iterator[None]:
     """MetaSchedule logs every round to stdout at INFO (its log files go to the work dir): quiet it
-    for the tuning, then give the caller's level back."""
+    for the tuning, then give the caller's level back. Its logger setup also lists the names of the
+    handlers its logger has, and fails on one without a name (pytest's log capture leaves two there
+    after a first tuning), so those are set aside during the tuning."""
     logger = logging.getLogger("tvm.s_tir.meta_schedule")
     level = logger.level
+    unnamed = [h for h in logger.handlers if h.get_name() is None]
+    for h in unnamed:
+        logger.removeHandler(h)
     logger.setLevel(logging.WARNING)
     try:
         yield
     finally:
         logger.setLevel(level)
+        for h in unnamed:
+            logger.addHandler(h)
 
 
 def tuning_target():

@@ -73,7 +73,8 @@ def test_a_tuned_function_that_computes_something_else_is_refused():
 @pytest.mark.slow
 def test_the_reference_tunes_as_well_as_a_te_matmul_tuned_the_same_way(tmp_path):
     """Our TensorIR of the matmul is TE's function (test_lower_tensorir), so tuning either with the
-    same budget and seed must land within 1.5x (the difference is measurement noise)."""
+    same budget and seed must land within 1.5x. Each tuned time is taken relative to the naive
+    program timed in its own session, so that a busy machine slows both sides of each ratio alike."""
     from tvm import te
 
     a = te.placeholder((N, N), "float32", name="A")
@@ -86,7 +87,9 @@ def test_the_reference_tunes_as_well_as_a_te_matmul_tuned_the_same_way(tmp_path)
                                   min_repeat_ms=10, lock_path=lock)
     assert ours["metaschedule_verification"] in ("exact", "close")
     assert ours["metaschedule_us"] < ours["session_naive_us"] / 5  # tuning does something
-    assert 1 / 1.5 <= ours["metaschedule_us"] / te_tuned.tuned_us <= 1.5
+    ours_share = ours["metaschedule_us"] / ours["session_naive_us"]
+    te_share = te_tuned.tuned_us / te_tuned.naive_us
+    assert 1 / 1.5 <= ours_share / te_share <= 1.5, (ours, te_tuned)
 
 
 class MatmulRelu(torch.nn.Module):
