@@ -72,21 +72,27 @@ def test_a_tuned_function_that_computes_something_else_is_refused():
 
 @pytest.mark.slow
 def test_the_reference_tunes_as_well_as_a_te_matmul_tuned_the_same_way(tmp_path):
-    """Our TensorIR of the matmul is TE's function (test_lower_tensorir), so tuning either with the
-    same budget and seed must land within 1.5x. Each tuned time is taken relative to the naive
-    program timed in its own session, so that a busy machine slows both sides of each ratio alike."""
+    """Our TensorIR of a matmul is TE's function (test_lower_tensorir), so tuning either with the same
+    budget must land within 1.5x. Each tuned time is taken relative to the naive program timed in its
+    own session, so that a busy machine slows both sides of each ratio alike; at 128^3 and 32 trials
+    that share varied by ~1.3x between tunings on this machine (at 64^3 and 16 trials, by 3.6x)."""
     from tvm import te
 
-    a = te.placeholder((N, N), "float32", name="A")
-    c = te.placeholder((N, N), "float32", name="C")
-    k = te.reduce_axis((0, N), name="c")
-    d = te.compute((N, N), lambda i, j: te.sum(a[i, k] * c[k, j], axis=k), name="D")
-    trials, lock = 16, str(tmp_path / "lock")
-    ours = tensorir_reference(MATMUL, SIG, trials, best=BEST, repeats=5, min_repeat_ms=10, lock_path=lock)
-    te_tuned = time_against_tuned(MATMUL, SIG, tune_primfunc(te.create_prim_func([a, c, d]), trials), repeats=5,
+    n, trials, lock = 128, 32, str(tmp_path / "lock")
+    sig = Signature.from_json({"tensors": [{"name": t, "shape": [n, n], "dtype": "float32", "role": r}
+                                           for t, r in (("A", "input"), ("C", "input"), ("D", "output"))]})
+    program = (f"B^{{{n}}}_{{tx=0}}L^{{{n}}}_{{a=0}}L^{{{n}}}_{{c=0}}"
+               "[D^{f32,g}_{tx,a}=D^{f32,g}_{tx,a}+A^{f32,g}_{tx,c}*C^{f32,g}_{c,a};];")
+    best = program.replace(f"B^{{{n}}}_{{tx=0}}", f"P^{{{n}}}_{{tx=0}}")
+    a = te.placeholder((n, n), "float32", name="A")
+    c = te.placeholder((n, n), "float32", name="C")
+    k = te.reduce_axis((0, n), name="c")
+    d = te.compute((n, n), lambda i, j: te.sum(a[i, k] * c[k, j], axis=k), name="D")
+    ours = tensorir_reference(program, sig, trials, best=best, repeats=5, min_repeat_ms=10, lock_path=lock)
+    te_tuned = time_against_tuned(program, sig, tune_primfunc(te.create_prim_func([a, c, d]), trials), repeats=5,
                                   min_repeat_ms=10, lock_path=lock)
     assert ours["metaschedule_verification"] in ("exact", "close")
-    assert ours["metaschedule_us"] < ours["session_naive_us"] / 5  # tuning does something
+    assert ours["metaschedule_us"] < ours["session_naive_us"] / 10  # tuning does something
     ours_share = ours["metaschedule_us"] / ours["session_naive_us"]
     te_share = te_tuned.tuned_us / te_tuned.naive_us
     assert 1 / 1.5 <= ours_share / te_share <= 1.5, (ours, te_tuned)
