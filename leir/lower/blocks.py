@@ -15,10 +15,11 @@ enclosing LEIR loops, each with a kind:
   CompactBufferAllocation); a `scan` iterator whose index appears in the block's region of the
   intermediate makes it allocate above that loop instead (buffer_access_lca_detector.cc), so the
   value survives from one iteration to the next. Reduction iterators already have that effect.
-- `opaque`, too, for a vectorized loop that encloses every access of an intermediate. TVM 0.27 would allocate
-  the intermediate inside the loop, one element per iteration, and its VectorizeLoop then hoists that
-  allocation out of the loop without widening it, so all lanes share one element (wrong results);
-  an opaque iterator moves the allocation above the loop, as a scan does, without claiming an order.
+- `opaque`, too, for a vectorized loop that encloses every access of an intermediate. TVM 0.27
+  would allocate the intermediate inside the loop, one element per iteration, and its VectorizeLoop
+  then hoists that allocation out of the loop without widening it, so all lanes share one element
+  (wrong results); an opaque iterator moves the allocation above the loop, as a scan does, without
+  claiming an order.
   Likewise for a loop bound to a CUDA thread around every access of a global intermediate: CUDA
   allocates global memory outside kernels only (TVM lifts such buffers above `blockIdx` loops itself,
   not above `threadIdx` ones).
@@ -80,7 +81,8 @@ def plan_blocks(plan: Plan, program: Program, signature: Signature) -> BlockPlan
     for store, chain in placed:
         site = sites[store.order]
         loops = _iter_loops(chain, site)
-        leir_spatial = [lp for lp in loops if lp.var in set(lhs_vars(site.stmt))]
+        in_lhs = set(lhs_vars(site.stmt))
+        leir_spatial = [lp for lp in loops if lp.var in in_lhs]
         spatial = {lp.var for lp in data_parallel(store.lhs, leir_spatial)}
         opaque = [lp.var for lp in leir_spatial if lp.var not in spatial]
         if opaque:
@@ -93,7 +95,7 @@ def plan_blocks(plan: Plan, program: Program, signature: Signature) -> BlockPlan
             else:
                 init_orders.add(store.order)
         kinds = tuple(marks.get((store.order, store.is_fill, lp.uid)) or (
-            SPATIAL if lp.var in spatial else OPAQUE if lp in leir_spatial else REDUCTION) for lp in loops)
+            SPATIAL if lp.var in spatial else OPAQUE if lp.var in in_lhs else REDUCTION) for lp in loops)
         init = inits[store.order] if not store.is_fill and store.order in init_orders else None
         blocks[(store.order, store.is_fill)] = BlockSpec(names[(store.order, store.is_fill)],
                                                          tuple(lp.var for lp in loops), kinds, init)
@@ -201,7 +203,7 @@ def _enumerated_injective(forms, loops: list[PLoop]) -> bool:
     return len(np.unique(np.stack(columns, axis=1), axis=0)) == points
 
 
-# --- scans: values that flow between iterations of a loop enclosing every access ----------------------
+# --- allocations: where TVM may put an intermediate, and what keeps it above a loop ----------------------
 
 @dataclass(frozen=True, slots=True)
 class _Use:
@@ -214,7 +216,8 @@ class _Use:
 def _allocation_marks(placed, plan: Plan, notes: list[str]) -> dict[tuple[int, bool, int], str]:
     """{(statement order, is_fill, loop uid): kind} for the writers' iterators that must keep an
     intermediate's allocation above a loop enclosing all of its accesses: `scan` where its value
-    crosses the loop's iterations, `opaque` where the loop is vectorized (see the module's notes)."""
+    crosses the loop's iterations, `opaque` where the loop is vectorized, or bound to a CUDA thread
+    while the intermediate is global (see the module's notes)."""
     uses: dict[str, list[_Use]] = {}
     intermediates = {n for n, info in plan.tensors.items() if not info.known}
     for store, chain in placed:
