@@ -14,8 +14,8 @@ reports/search.{json,png} with PyTorch eager and MetaSchedule reference times si
   `metaschedule_trials` trials; 0 skips it) and timed in one session with the naive program and the
   search's best state (`session_*`); with `metaschedule_relax` (the default), also TVM's own path
   from the PyTorch module through Relax (`gpu_tasks/metaschedule_relax.py`, `metaschedule_relax_*`),
-  as a second figure. About 40 s and 30 s per program at 32 trials on 2 cores. Failures are reported
-  with their reason, never hidden.
+  as a second figure. 35-50 s and 35-130 s per program at 32 trials on 2 busy cores. Failures are
+  reported with their reason, never hidden.
 """
 from __future__ import annotations
 
