@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterator
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -16,6 +17,14 @@ from leir.signature import Signature
 # What one item of a batch may raise without stopping the batch: any error, and user code (a problem
 # file) that calls exit(); Ctrl-C (KeyboardInterrupt) still stops the run.
 ITEM_ERRORS = (Exception, SystemExit)
+
+
+class Form(StrEnum):
+    """The lowering forms of `leir.lower.FORMS` (listed here so that `--help` needs no TVM)."""
+
+    plain = "plain"
+    tensorir = "tensorir"
+
 
 FileArg = Annotated[str, typer.Argument(help="File with one LEIR program per line, or '-' for stdin.")]
 SignatureOpt = Annotated[Path, typer.Option("--signature", "-s", help="Signature JSON "

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from cli.common import ITEM_ERRORS, fail, item_error, load_signature, program_batch
+from cli.common import ITEM_ERRORS, Form, fail, item_error, load_signature, program_batch
 
 
 class Target(StrEnum):
@@ -43,11 +43,16 @@ def lower_command(
     arch: Annotated[str, typer.Option(help="CUDA architecture.")] = "sm_90",
     batch: Annotated[str | None, typer.Option(help='JSONL file (or "-"), one {"id", "signature", "leir"} per '
                                               "line: one JSON line per program instead.")] = None,
+    form: Annotated[Form, typer.Option(help="plain: loops and buffer stores (fast to build); tensorir: "
+                                       "TVM's block form (T.sblock per statement, iterator kinds, reads/writes, "
+                                       "T.init), which tvm.s_tir.Schedule and MetaSchedule accept. Both compute "
+                                       "the same values.")] = Form.plain,
 ):
     """Lower one program to TVM TIR and print it (or its CUDA source).
 
-    The output is deterministic: the same program and signature always print the same bytes.
-    Errors go to stderr as `FILE:LINE:COL: error: ...` (syntax) or `error: ...` (lowering), exit 2.
+    The output is deterministic: the same program and signature always print the same bytes, and
+    parses back with `tvm.script.from_source`. Errors go to stderr as `FILE:LINE:COL: error: ...`
+    (syntax) or `error: ...` (lowering), exit 2.
 
     Batch: `steptp lower --batch PROGRAMS.jsonl` prints one JSON line per program, in input order:
     {"id", "tir" (or "cuda"), "error"}; a program that cannot be lowered, whatever it raises, gets its
@@ -60,7 +65,7 @@ def lower_command(
     if batch is not None:
         if file is not None or signature is not None:
             fail("--batch takes no FILE or --signature")
-        raise typer.Exit(_lower_batch(batch, kind, emit, arch))
+        raise typer.Exit(_lower_batch(batch, kind, emit, arch, form.value))
     if file is None or signature is None:
         fail("give FILE and --signature, or --batch PROGRAMS.jsonl")
     from leir.errors import LeirError, LeirSyntaxError
@@ -74,19 +79,20 @@ def lower_command(
         typer.echo(f"{name}:{e.line}:{e.column}: error: {e.message()}", err=True)
         raise typer.Exit(2) from None
     try:
-        out = _lowered(program, sig, kind, emit, arch)
+        out = _lowered(program, sig, kind, emit, arch, form.value)
     except LeirError as e:
         fail(str(e))
     sys.stdout.write(out if out.endswith("\n") else out + "\n")
 
 
-def _lowered(program, signature, kind: str, emit: Emit, arch: str) -> str:
+def _lowered(program, signature, kind: str, emit: Emit, arch: str, form: str) -> str:
     from leir.lower import cuda_source, lower_to_script  # imports TVM (~2 s): only when needed
 
-    return cuda_source(program, signature, arch) if emit is Emit.cuda else lower_to_script(program, signature, kind)
+    return (cuda_source(program, signature, arch, form) if emit is Emit.cuda
+            else lower_to_script(program, signature, kind, form))
 
 
-def _lower_batch(path: str, kind: str, emit: Emit, arch: str) -> int:
+def _lower_batch(path: str, kind: str, emit: Emit, arch: str, form: str) -> int:
     import json
 
     from rich.console import Console
@@ -105,7 +111,7 @@ def _lower_batch(path: str, kind: str, emit: Emit, arch: str) -> int:
             if "job" in entry:
                 leir, sig = entry["job"]
                 try:
-                    out[key] = _lowered(parse_program(leir), Signature.from_json(sig), kind, emit, arch)
+                    out[key] = _lowered(parse_program(leir), Signature.from_json(sig), kind, emit, arch, form)
                 except ITEM_ERRORS as e:  # whatever one program raises is its own line's error
                     out |= item_error(entry["line"], e)
             failed = failed or out["error"] is not None

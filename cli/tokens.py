@@ -1,4 +1,5 @@
-"""`steptp tokens`: token counts of LEIR programs against their TVMScript and CUDA lowerings (issue 7)."""
+"""`steptp tokens`: token counts of LEIR programs against their TVMScript (TensorIR and plain) and CUDA
+lowerings (issues 7, 13)."""
 from __future__ import annotations
 
 import json
@@ -10,7 +11,7 @@ import typer
 
 from cli.common import fail, load_signature, program_batch
 
-BATCH_KEYS = ("id", "leir_tokens", "tir_tokens", "cuda_tokens", "error")
+BATCH_KEYS = ("id", "leir_tokens", "tensorir_tokens", "tir_tokens", "cuda_tokens", "error")
 
 
 def tokens_command(
@@ -21,15 +22,16 @@ def tokens_command(
     workers: Annotated[int, typer.Option(help="Programs lowered at once, on threads (helps only with idle "
                                          "cores: the lowering mostly holds the GIL).")] = 1,
 ):
-    """Count tokens (Qwen2.5/Qwen3 vocabulary) of the canonical LEIR, the TVMScript of its lowering
-    and the CUDA source for sm_90. Nothing is executed and no GPU is needed, so any shape works.
+    """Count tokens (Qwen2.5/Qwen3 vocabulary) of the canonical LEIR, the TVMScript of its lowering in
+    both forms and the CUDA source for sm_90. Nothing is executed and no GPU is needed, so any shape works.
 
     One program: `steptp tokens --signature SIG.json FILE` prints one JSON object with every count
-    (TVMScript for the CPU and the GPU target, CUDA with and without TVM's preamble).
+    (tensorir_tokens: the TensorIR block form for the CPU; tir_tokens / tir_gpu_tokens: the plain
+    form for the CPU and the GPU target; CUDA with and without TVM's preamble).
     Batch: `steptp tokens --batch PROGRAMS.jsonl` prints one line per program, in input order:
-    {"id", "leir_tokens", "tir_tokens", "cuda_tokens", "error"} (TIR for the CPU target). A bad line
-    gets an error (counts null where they could not be made; "exception": {"type", "message", "file",
-    "line"} when counting it raised) and the batch goes on; progress on stderr.
+    {"id", "leir_tokens", "tensorir_tokens", "tir_tokens", "cuda_tokens", "error"} (CPU target). A bad
+    line gets an error (counts null where they could not be made; "exception": {"type", "message",
+    "file", "line"} when counting it raised) and the batch goes on; progress on stderr.
     Exit status 2 when some program had an error.
     """
     if batch is not None:

@@ -21,7 +21,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from cli.common import ITEM_ERRORS
+from cli.common import ITEM_ERRORS, Form
 
 EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -33,6 +33,8 @@ BeforeArg = Annotated[Path | None, typer.Argument(help="File with the original p
 AfterArg = Annotated[Path | None, typer.Argument(help="File with the transformed program (single pair).")]
 TargetOpt = Annotated[str, typer.Option("--target", help="llvm (CPU, default) or cuda (needs a GPU).")]
 ArchOpt = Annotated[str, typer.Option("--arch", help="CUDA architecture when --target cuda.")]
+FormOpt = Annotated[Form, typer.Option("--form", help="Lowering form of both sides: plain (loops and stores) or "
+                                       "tensorir (TVM's block form); they compute the same values.")]
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,8 @@ def verify(batch: BatchOpt = None, signature: SignatureOpt = None, before: Befor
                                                   "reported as timeout.")] = 60.0,
            tolerances: Annotated[Path | None, typer.Option(
                help="YAML or JSON {dtype: {max_abs, max_rel, rel_l2}} overriding the default table "
-                    "(the format of params.yaml verify.tolerance).")] = None):
+                    "(the format of params.yaml verify.tolerance).")] = None,
+           form: FormOpt = Form.plain):
     """Verify transformations: compare each AFTER with its BEFORE on seeded input draws.
 
     Prints one JSON line per pair, in input order: {"id", "status", "max_abs_err", "max_rel_err",
@@ -78,7 +81,8 @@ def verify(batch: BatchOpt = None, signature: SignatureOpt = None, before: Befor
 
     table = _tolerance_mapping(tolerances)
     lines, requests = _requests(_pair_lines(batch, signature, before, after), lambda p: pair_request(
-        p.before, p.after, p.signature, target=target, arch=arch, draws=draws, seed=seed, tolerances=table))
+        p.before, p.after, p.signature, target=target, arch=arch, draws=draws, seed=seed, tolerances=table,
+        form=form.value))
     size = max(1, min(workers or os.cpu_count() or 1, len(requests)))
     with WorkerPool(workers=size, timeout_s=timeout) if requests else nullcontext() as pool:
         results = iter_verify_pairs(requests, pool)
@@ -90,7 +94,8 @@ def time_pairs(batch: BatchOpt = None, signature: SignatureOpt = None, before: B
                after: AfterArg = None, target: TargetOpt = "llvm", arch: ArchOpt = "sm_90",
                repeats: Annotated[int, typer.Option(min=3, help="Samples per side.")] = 7,
                min_repeat_ms: Annotated[int, typer.Option(min=1, help="Minimum length of one sample.")] = 50,
-               timeout: Annotated[float, typer.Option(min=0.1, help="Seconds per pair.")] = 300.0):
+               timeout: Annotated[float, typer.Option(min=0.1, help="Seconds per pair.")] = 300.0,
+               form: FormOpt = Form.plain):
     """Time transformations: BEFORE and AFTER measured interleaved, one pair at a time per machine.
 
     Prints one JSON line per pair, in input order: {"id", "status", "before_us", "after_us", "speedup",
@@ -102,7 +107,8 @@ def time_pairs(batch: BatchOpt = None, signature: SignatureOpt = None, before: B
     from gpu_tasks.timing import iter_time_pairs, timing_pool, timing_request
 
     lines, requests = _requests(_pair_lines(batch, signature, before, after), lambda p: timing_request(
-        p.before, p.after, p.signature, target=target, arch=arch, repeats=repeats, min_repeat_ms=min_repeat_ms))
+        p.before, p.after, p.signature, target=target, arch=arch, repeats=repeats, min_repeat_ms=min_repeat_ms,
+        form=form.value))
     with timing_pool(timeout_s=timeout) if requests else nullcontext() as pool:
         results = iter_time_pairs(requests, pool)
         failed = _emit(lines, results, _timing_row, lambda r: r.status == "ok", "timing")

@@ -10,15 +10,21 @@ reports/search.{json,png} with PyTorch eager and MetaSchedule reference times si
   into `lake/steps`: that folder is the transform stage's DVC output, and transform drops shards it
   did not write. The `trajectories` rows name those step ids.
 - References: PyTorch eager on every searched program (the catalogue module, float32,
-  `torch.utils.benchmark`), and on the first `reference_programs` TVM's own MetaSchedule-tuned time
-  for the same module (`gpu_tasks/metaschedule.py`, `metaschedule_trials` trials; 0 skips it).
-  Failures are reported with their reason, never hidden.
+  `torch.utils.benchmark`); on the first `reference_programs` (in the profile's pinned order)
+  MetaSchedule on the same function the search times: the TensorIR form of the original program tuned
+  with `tune_tir` (`gpu_tasks/metaschedule.py`, `metaschedule_trials` trials; 0 skips it) and timed in
+  one session with the naive program and the search's best state (`session_*`); with
+  `metaschedule_relax`, also TVM's own path from the PyTorch module through Relax
+  (`gpu_tasks/metaschedule_relax.py`, `metaschedule_relax_*`), as a second figure. 35-50 s and
+  35-130 s per program at 32 trials on 2 busy cores. Failures are reported with their reason, never
+  hidden.
 """
 from __future__ import annotations
 
 import json
 import os
 import statistics
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,7 +49,7 @@ DEFAULTS = {"drivers": ["chain", "greedy", "beam", "bfs", "dfs", "mcts"], "polic
             "budget": 12,
             "wall_s": 300, "depth": 4, "branching": 4, "width": 2, "ucb_c": 1.4, "iterations": 24,
             "families": "all", "programs_per_family": 1, "seed": 0, "repeats": 5, "min_repeat_ms": 20,
-            "reference_programs": 2, "metaschedule_trials": 32}
+            "reference_programs": 2, "metaschedule_trials": 32, "metaschedule_relax": True}
 
 
 def search_params(params: Params) -> dict:
@@ -157,26 +163,72 @@ def _pin_order(p: dict, params: Params) -> int:
     return len(params.profile.get("pinned") or [])
 
 
-def references(programs: list[dict], params: Params, cfg: dict) -> list[dict]:
-    """PyTorch eager on every searched program; MetaSchedule on the first `reference_programs`."""
+def best_states(results: dict) -> dict[str, str]:
+    """{program_id: LEIR of the best state any driver reached}: a trajectory ends at its best state
+    (its last step's after-state; the original when it has no step)."""
+    best: dict[str, tuple[float, str]] = {}
+    for r in results.values():
+        after = {s["step_id"]: s["after_leir"] for s in r["steps"]}
+        for t in sorted(r["trajectories"], key=lambda t: t["trajectory_id"]):
+            ids = json.loads(t["steps"])
+            if ids and t["best_speedup"] > best.get(t["program_id"], (0.0, ""))[0]:
+                best[t["program_id"]] = (t["best_speedup"], after[ids[-1]])
+    return {pid: leir for pid, (_, leir) in best.items()}
+
+
+REFERENCE_KEYS = ("torch_eager_us", "metaschedule_us", "session_naive_us", "session_best_us", "session_spread",
+                  "metaschedule_verification", "metaschedule_tuning_s", "metaschedule_relax_us",
+                  "metaschedule_relax_vm_us", "metaschedule_relax_s")
+
+
+def references(programs: list[dict], params: Params, cfg: dict, best: dict[str, str] | None = None) -> list[dict]:
+    """PyTorch eager on every searched program; MetaSchedule's figures on the first `reference_programs`.
+    `best` maps a program to the LEIR of the search's best state, timed in MetaSchedule's session. A
+    part that fails leaves its figures null and says why in `error` (`part: Type: message; ...`)."""
     out = []
+    trials = int(cfg["metaschedule_trials"])
     for i, p in enumerate(programs):
-        row = {"program_id": p["program_id"], "workload": p["workload"], "torch_eager_us": None,
-               "metaschedule_us": None, "metaschedule_vm_us": None,
-               "metaschedule_trials": int(cfg["metaschedule_trials"]), "error": None}
+        row = {"program_id": p["program_id"], "workload": p["workload"], **dict.fromkeys(REFERENCE_KEYS),
+               "metaschedule_trials": trials, "error": None}
+        errors = []
         try:
             module, inputs = _catalogue_module(p, params)
             row["torch_eager_us"] = torch_eager_us(module, inputs)
-            if int(cfg["metaschedule_trials"]) > 0 and i < int(cfg["reference_programs"]):
-                from gpu_tasks.metaschedule import metaschedule_times
-
-                trials = int(cfg["metaschedule_trials"])
-                say(f"search: MetaSchedule reference for {p['workload']} ({trials} trials)")
-                row.update(metaschedule_times(module, inputs, trials))
         except Exception as e:  # reported, never hidden
-            row["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
+            errors.append(f"eager: {_describe(e)}")
+            module = None
+        tuned = trials > 0 and i < int(cfg["reference_programs"])
+        if tuned:
+            try:
+                from gpu_tasks.metaschedule import tensorir_reference
+
+                say(f"search: MetaSchedule reference for {p['workload']} (TensorIR, {trials} trials)")
+                row.update(tensorir_reference(p["leir"], p["signature"], trials, best=(best or {}).get(p["program_id"]),
+                                              repeats=int(cfg["repeats"]), min_repeat_ms=int(cfg["min_repeat_ms"])))
+            except Exception as e:
+                errors.append(f"tensorir: {_describe(e)}")
+        if tuned and cfg["metaschedule_relax"] and module is not None:
+            try:
+                row.update(_relax_figures(module, inputs, trials, p["workload"]))
+            except Exception as e:
+                errors.append(f"relax: {_describe(e)}")
+        row["error"] = "; ".join(errors) or None
         out.append(row)
     return out
+
+
+def _relax_figures(module, inputs, trials: int, workload: str) -> dict:
+    from gpu_tasks.metaschedule_relax import metaschedule_times
+
+    say(f"search: MetaSchedule reference for {workload} (Relax, {trials} trials)")
+    start = time.perf_counter()
+    relax = metaschedule_times(module, inputs, trials)
+    return {"metaschedule_relax_us": relax["metaschedule_us"], "metaschedule_relax_vm_us": relax["metaschedule_vm_us"],
+            "metaschedule_relax_s": round(time.perf_counter() - start, 1)}
+
+
+def _describe(e: Exception) -> str:
+    return f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
 
 
 # --- report -----------------------------------------------------------------------------------------
@@ -201,9 +253,13 @@ def build_search_report(runs: list[dict], refs: list[dict], out: Path) -> dict:
     for ref in refs:
         pid = ref["program_id"]
         ref["naive_us"], ref["best_search_us"] = root_us.get(pid), best_us.get(pid)
-        if ref["metaschedule_us"] and ref["best_search_us"]:
-            # > 1: the search's best kernel is faster than MetaSchedule's tuned kernels
-            ref["search_speedup_over_metaschedule"] = round(ref["metaschedule_us"] / ref["best_search_us"], 4)
+        # > 1: the search's best state is faster than MetaSchedule's tuned TensorIR of the same program,
+        # both timed in MetaSchedule's session (the search's own best time is from another session)
+        best_now = ref.get("session_best_us") or ref.get("session_naive_us")
+        if ref.get("metaschedule_us") and best_now:
+            ref["search_speedup_over_metaschedule"] = round(ref["metaschedule_us"] / best_now, 4)
+        if ref.get("metaschedule_us") and ref.get("session_naive_us"):
+            ref["metaschedule_speedup_over_naive"] = round(ref["session_naive_us"] / ref["metaschedule_us"], 4)
     report = {"drivers": drivers, "trajectories": [
         {k: r[k] for k in ("program_id", "workload", "driver", "best_speedup", "strategies", "states_verified")}
         for r in runs], "references": refs}
@@ -227,9 +283,11 @@ def _plot(drivers: dict, refs: list[dict], path: Path) -> None:
     a.set_ylabel("speedup over the naive original")
     a.legend()
     labels = [r["workload"] for r in refs]
-    keys = ("naive_us", "best_search_us", "metaschedule_us", "metaschedule_vm_us", "torch_eager_us")
-    for i, key in enumerate(keys):
-        b.bar([x + 0.16 * i for x in range(len(refs))], [r.get(key) or 0 for r in refs], 0.16, label=key)
+    keys = ("session_naive_us", "session_best_us", "metaschedule_us", "metaschedule_relax_us", "torch_eager_us")
+    names = ("naive (session)", "search best (session)", "MetaSchedule, TensorIR", "MetaSchedule, Relax kernels",
+             "PyTorch eager")
+    for i, (key, name) in enumerate(zip(keys, names, strict=True)):
+        b.bar([x + 0.16 * i for x in range(len(refs))], [r.get(key) or 0 for r in refs], 0.16, label=name)
     b.set_xticks([x + 0.32 for x in range(len(refs))], labels)
     b.set_yscale("log")
     b.set_ylabel("µs per run")
@@ -254,6 +312,6 @@ def search_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
     chosen = sorted((p for f in sorted(families) for p in families[f]), key=lambda p: _pin_order(p, params))
     n_refs = min(len(chosen), int(cfg["reference_programs"]))
     say(f"search: {len(runs)} searches; MetaSchedule references on {n_refs} programs")
-    medians = build_search_report(runs, references(chosen, params, cfg), Path(reports))
+    medians = build_search_report(runs, references(chosen, params, cfg, best_states(results)), Path(reports))
     return {"stage": "search", "shards": len(calls), "rows": n, "median_speedup": medians}
 

@@ -3,8 +3,8 @@
 Verifying N transformations of one program builds the original once, not N times. Entries are keyed
 by (structural hash of the lowered PrimFunc, target): two programs that differ only in names lower to
 the same function and share an executable; a structural-equality check on every hash hit guards
-against hash collisions. A second, cheaper key (canonical LEIR text, signature, target) skips even
-the lowering when the very same program comes back. Least recently used entries are dropped past
+against hash collisions. A second, cheaper key (canonical LEIR text, signature, target, lowering
+form) skips even the lowering when the very same program comes back. Least recently used entries are dropped past
 `capacity`, so that a long-lived worker does not grow without bound.
 """
 from __future__ import annotations
@@ -68,15 +68,15 @@ class BuildCache:
         self._by_hash: OrderedDict[tuple, tuple[object, Built]] = OrderedDict()
 
     def build(self, program: Program, signature: Signature, target_kind: str = "llvm",
-              arch: str = "sm_90", text: str | None = None) -> Built:
-        """The executable of `program` (whose LEIR text is `text` when the caller has it at hand);
-        raises what lowering or compilation raises."""
-        text_key = (text or format_program(program), signature.dumps(), target_kind, arch)
+              arch: str = "sm_90", text: str | None = None, form: str = "plain") -> Built:
+        """The executable of `program` (whose LEIR text is `text` when the caller has it at hand) in
+        the lowering `form` (plain or tensorir); raises what lowering or compilation raises."""
+        text_key = (text or format_program(program), signature.dumps(), target_kind, arch, form)
         built = _lookup(self._by_text, text_key)
         if built is not None:
             self.stats.text_hits += 1
             return built
-        func = lower_to_primfunc(program, signature, target_kind=target_kind)
+        func = lower_to_primfunc(program, signature, target_kind=target_kind, form=form)
         target = self._target(target_kind, arch)
         hash_key = (tvm_ffi.structural_hash(func), str(target))
         entry = _lookup(self._by_hash, hash_key)

@@ -40,6 +40,7 @@ class PairRequest:
     seed: int = 0
     tolerances: Mapping | None = None
     limits: Limits = DEFAULT_LIMITS
+    form: str = "plain"  # the lowering form both sides are built in (leir.lower.FORMS)
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class ReferenceRequest:
     arch: str = "sm_90"
     tolerances: Mapping | None = None
     limits: Limits = DEFAULT_LIMITS
+    form: str = "plain"
 
 
 class VerificationFailed(Exception):
@@ -71,8 +73,8 @@ def verify_pair_job(request: PairRequest) -> Verification:
         after = load_program("after", request.after, signature, request.limits)
         plans = plan_from_facts(signature, [before.facts, after.facts])
         draws = draws_from_plans(signature, plans, request.draws, request.seed)
-        expected = run_draws("before", before, signature, draws, request.target, request.arch)
-        actual = run_draws("after", after, signature, draws, request.target, request.arch)
+        expected = run_draws("before", before, signature, draws, request.target, request.arch, request.form)
+        actual = run_draws("after", after, signature, draws, request.target, request.arch, request.form)
     except VerificationFailed as failed:
         return failed.verification
     return judge(expected, actual, output_codes(signature), tolerance_table(request.tolerances))
@@ -82,7 +84,8 @@ def verify_reference_job(request: ReferenceRequest) -> Verification:
     try:
         signature = load_signature(request.signature)
         program = load_program("program", request.program, signature, request.limits)
-        actual = run_draws("program", program, signature, request.inputs, request.target, request.arch)
+        actual = run_draws("program", program, signature, request.inputs, request.target, request.arch,
+                           request.form)
     except VerificationFailed as failed:
         return failed.verification
     return judge(request.expected, actual, output_codes(signature), tolerance_table(request.tolerances))
@@ -139,16 +142,16 @@ def _checked_program(text: str, signature: Signature, limits: Limits) -> tuple[L
 
 
 def build(label: str, loaded: LoadedProgram, signature: Signature, target: str, arch: str,
-          cache: BuildCache = BUILD_CACHE) -> Built:
+          cache: BuildCache = BUILD_CACHE, form: str = "plain") -> Built:
     try:
-        return cache.build(loaded.program, signature, target, arch, text=loaded.text)
+        return cache.build(loaded.program, signature, target, arch, text=loaded.text, form=form)
     except Exception as e:  # LoweringError, or TVM's own error types
         raise VerificationFailed(failure("build_error", f"{label}: {describe_error(e)}")) from None
 
 
 def run_draws(label: str, loaded: LoadedProgram, signature: Signature, draws: list[dict[str, np.ndarray]],
-              target: str, arch: str) -> list[Outputs]:
-    built = build(label, loaded, signature, target, arch)
+              target: str, arch: str, form: str = "plain") -> list[Outputs]:
+    built = build(label, loaded, signature, target, arch, form=form)
     try:
         return [run_built(built, signature, inputs, target) for inputs in draws]
     except Exception as e:

@@ -45,6 +45,7 @@ class TimingRequest:
     seed: int = 0
     limits: Limits = DEFAULT_LIMITS
     lock_path: str | None = None
+    form: str = "plain"  # the lowering form both sides are built in (leir.lower.FORMS)
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ def time_pair_job(request: TimingRequest) -> Timing:
         signature = load_signature(request.signature)
         before = load_program("before", request.before, signature, request.limits)
         after = load_program("after", request.after, signature, request.limits)
-        built = [build(label, p, signature, request.target, request.arch, TIMING_CACHE)
+        built = [build(label, p, signature, request.target, request.arch, TIMING_CACHE, request.form)
                  for label, p in (("before", before), ("after", after))]
     except VerificationFailed as failed:
         return Timing(failed.verification.status, error=failed.verification.error)
@@ -130,6 +131,11 @@ def measure_interleaved(evaluators: list, args: list[list], repeats: int) -> lis
         for i in order:
             samples[i].append(float(evaluators[i](*args[i]).mean))
     return samples
+
+
+def summarize_samples(samples: list[list[float]]) -> tuple[list[float], float]:
+    """(median in µs of each evaluator's samples (seconds), the largest relative interquartile range)."""
+    return [float(np.median(s)) * 1e6 for s in samples], max(_relative_iqr(s) for s in samples)
 
 
 def summarize(samples: list[list[float]], request: TimingRequest, fingerprint: dict) -> Timing:

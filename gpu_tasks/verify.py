@@ -37,17 +37,20 @@ ReferenceFn = Callable[[dict[str, np.ndarray]], object]
 
 def pair_request(before: ProgramLike, after: ProgramLike, signature: SignatureLike, *,
                  target: str = "llvm", arch: str = "sm_90", draws: int = 3, seed: int = 0,
-                 tolerances: Mapping | None = None, limits: Limits = DEFAULT_LIMITS) -> PairRequest:
+                 tolerances: Mapping | None = None, limits: Limits = DEFAULT_LIMITS, form: str = "plain"
+                 ) -> PairRequest:
     return PairRequest(program_text(before), program_text(after), signature_text(signature),
-                       target, arch, draws, seed, tolerances, limits)
+                       target, arch, draws, seed, tolerances, limits, form)
 
 
 def verify_pair(before: ProgramLike, after: ProgramLike, signature: SignatureLike, target: str = "llvm",
                 draws: int = 3, seed: int = 0, *, arch: str = "sm_90", tolerances: Mapping | None = None,
-                limits: Limits = DEFAULT_LIMITS, pool: WorkerPool | None = None) -> Verification:
-    """`after` compared with the original `before` on `draws` seeded input draws."""
+                limits: Limits = DEFAULT_LIMITS, pool: WorkerPool | None = None, form: str = "plain"
+                ) -> Verification:
+    """`after` compared with the original `before` on `draws` seeded input draws, both lowered in
+    `form` (plain or tensorir)."""
     request = pair_request(before, after, signature, target=target, arch=arch, draws=draws, seed=seed,
-                           tolerances=tolerances, limits=limits)
+                           tolerances=tolerances, limits=limits, form=form)
     return verify_pairs([request], pool)[0]
 
 
@@ -69,11 +72,12 @@ def iter_verify_pairs(requests: Iterable[PairRequest], pool: WorkerPool | None =
 def verify_against_reference(program: ProgramLike, signature: SignatureLike, reference_fn: ReferenceFn,
                              target: str = "llvm", draws: int = 3, seed: int = 0, *, arch: str = "sm_90",
                              tolerances: Mapping | None = None, limits: Limits = DEFAULT_LIMITS,
-                             pool: WorkerPool | None = None) -> Verification:
+                             pool: WorkerPool | None = None, form: str = "plain") -> Verification:
     """`program` compared with `reference_fn(inputs)`, which gets the same draws with floats widened to
     float64 and returns the output (a dict by name, or a sequence in signature order, when the
     signature has several). The reference runs here, in the caller; the program in `pool` if given."""
-    options = dict(target=target, draws=draws, seed=seed, arch=arch, tolerances=tolerances, limits=limits)
+    options = dict(target=target, draws=draws, seed=seed, arch=arch, tolerances=tolerances, limits=limits,
+                   form=form)
     return verify_against_references([(program, signature, reference_fn)], pool, **options)[0]
 
 
@@ -92,7 +96,7 @@ def verify_against_references(items: Iterable[tuple[ProgramLike, SignatureLike, 
 
 def reference_request(program: ProgramLike, signature: SignatureLike, reference_fn: ReferenceFn,
                       target: str = "llvm", draws: int = 3, seed: int = 0, *, arch: str = "sm_90",
-                      tolerances: Mapping | None = None, limits: Limits = DEFAULT_LIMITS
+                      tolerances: Mapping | None = None, limits: Limits = DEFAULT_LIMITS, form: str = "plain"
                       ) -> ReferenceRequest | Verification:
     """The worker's request, with the reference outputs computed; or why there can be none."""
     try:
@@ -106,7 +110,7 @@ def reference_request(program: ProgramLike, signature: SignatureLike, reference_
     except Exception as e:
         return failure("runtime_error", f"reference: {describe_error(e)}")
     return ReferenceRequest(format_program(parsed), sig.dumps(), inputs, expected, target, arch, tolerances,
-                            limits)
+                            limits, form)
 
 
 def reference_outputs(reference_fn: ReferenceFn, signature: Signature, inputs: dict[str, np.ndarray]
@@ -147,7 +151,7 @@ def signature_text(signature: SignatureLike) -> str:
 
 def _original_key(request: PairRequest) -> str:
     """Transformations of one original share a key, so the pool sends them to a warm worker."""
-    key = "\0".join((request.before, request.signature, request.target, request.arch))
+    key = "\0".join((request.before, request.signature, request.target, request.arch, request.form))
     return hashlib.sha256(key.encode()).hexdigest()
 
 

@@ -2,7 +2,9 @@
 
 - `lower_to_primfunc` / `lower_to_script`: a program and its signature -> a PrimFunc named `main`
   whose arguments are the signature's tensors in order, or its TVMScript text (byte-identical for
-  the same input, in every process);
+  the same input, in every process), in one of two `FORMS`: `plain` (below) or `tensorir`, TVM's
+  block form that `tvm.s_tir.Schedule` and MetaSchedule work with (`leir.lower.tensorir`); both
+  compute the same values;
 - `build`: `tvm.compile` for `llvm` (the host CPU, with its `mcpu`) or `cuda` (`arch`, sm_90 by
   default); the executable is called as `ex["main"](*tensors)` with outputs preallocated;
 - `cuda_source`: the CUDA C source, without a GPU (no compiler runs);
@@ -10,7 +12,8 @@
 - `plan`: the lowering decisions, with a note for every loop lowered differently from its kind.
 
 How LEIR maps to TIR (modules: `check` checks, `rules` decisions, `planner` the
-plan tree, `expr` expressions and types, `emit` the IR builder):
+plan tree, `expr` expressions and types, `emit` the IR builder of the plain form, `blocks` and
+`tensorir` the block form):
 - plain loops and buffer stores (no schedulable blocks), one store per statement, program order;
 - `L` serial, `U` unrolled, `P` parallel and `V` vectorized on the CPU, `B` bound to its CUDA
   thread index on CUDA and serial on the CPU; a `P`, `V` or `B` loop across which distinct
@@ -27,21 +30,27 @@ plan tree, `expr` expressions and types, `emit` the IR builder):
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 
 import numpy as np
 import tvm
 
 from leir.ast import Program
+from leir.lower.blocks import plan_blocks
 from leir.lower.emit import emit_primfunc
 from leir.lower.planner import TARGET_KINDS, LoweringError, Plan, plan_program
+from leir.lower.tensorir import emit_tensorir
 from leir.parse import parse_program
 from leir.signature import Signature
 
 __all__ = [
     "LoweringError", "make_target", "lower_to_primfunc", "lower_to_script", "build", "cuda_source",
-    "run_numpy", "run_executable", "plan", "TARGET_KINDS",
+    "run_numpy", "run_executable", "plan", "TARGET_KINDS", "FORMS",
 ]
+
+# plain: loops and stores (fast to build); tensorir: blocks with iterator kinds, regions and T.init
+FORMS = ("plain", "tensorir")
 
 
 @lru_cache(maxsize=1)
@@ -59,16 +68,24 @@ def make_target(kind: str = "llvm", arch: str = "sm_90") -> tvm.target.Target:
     raise LoweringError(f"unknown target kind {kind!r}; expected one of {', '.join(TARGET_KINDS)}")
 
 
-def plan(program: Program | str, signature: Signature | dict | str, target_kind: str = "llvm") -> Plan:
-    """The lowering decisions (loop kinds with the reason for each change, fills, allocations)."""
-    return plan_program(_as_program(program), _as_signature(signature), target_kind)
+def plan(program: Program | str, signature: Signature | dict | str, target_kind: str = "llvm",
+         form: str = "plain") -> Plan:
+    """The lowering decisions (loop kinds with the reason for each change, fills, allocations); for
+    the tensorir form, its notes also say where a scan iterator or an explicit init block was needed."""
+    program, signature = _as_program(program), _as_signature(signature)
+    p = plan_program(program, signature, _checked_form(target_kind, form))
+    if form == "tensorir":
+        return replace(p, notes=p.notes + plan_blocks(p, program, signature).notes)
+    return p
 
 
 def lower_to_primfunc(program: Program | str, signature: Signature | dict | str,
-                      target_kind: str = "llvm") -> tvm.tirx.PrimFunc:
-    signature = _as_signature(signature)
-    p = plan_program(_as_program(program), signature, target_kind)
+                      target_kind: str = "llvm", form: str = "plain") -> tvm.tirx.PrimFunc:
+    program, signature = _as_program(program), _as_signature(signature)
+    p = plan_program(program, signature, _checked_form(target_kind, form))
     try:
+        if form == "tensorir":
+            return emit_tensorir(p, plan_blocks(p, program, signature), signature)
         return emit_primfunc(p, signature)
     except LoweringError:
         raise
@@ -77,13 +94,13 @@ def lower_to_primfunc(program: Program | str, signature: Signature | dict | str,
 
 
 def lower_to_script(program: Program | str, signature: Signature | dict | str,
-                    target_kind: str = "llvm") -> str:
-    return lower_to_primfunc(program, signature, target_kind).script()
+                    target_kind: str = "llvm", form: str = "plain") -> str:
+    return lower_to_primfunc(program, signature, target_kind, form).script()
 
 
 def build(program: Program | str, signature: Signature | dict | str, target_kind: str = "llvm",
-          arch: str = "sm_90"):
-    func = lower_to_primfunc(program, signature, target_kind)
+          arch: str = "sm_90", form: str = "plain"):
+    func = lower_to_primfunc(program, signature, target_kind, form)
     target = make_target(target_kind, arch)
     try:
         return tvm.compile(tvm.IRModule({"main": func}), target=target)
@@ -91,17 +108,18 @@ def build(program: Program | str, signature: Signature | dict | str, target_kind
         raise LoweringError(f"TVM could not build the program for {target_kind}: {_last_line(e)}") from e
 
 
-def cuda_source(program: Program | str, signature: Signature | dict | str, arch: str = "sm_90") -> str:
-    ex = build(program, signature, "cuda", arch)
+def cuda_source(program: Program | str, signature: Signature | dict | str, arch: str = "sm_90",
+                form: str = "plain") -> str:
+    ex = build(program, signature, "cuda", arch, form)
     return ex.mod.imports[0].inspect_source()
 
 
 def run_numpy(program: Program | str, signature: Signature | dict | str,
-              inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+              inputs: dict[str, np.ndarray], form: str = "plain") -> dict[str, np.ndarray]:
     """Build for the CPU, run once and return the outputs by name. Inputs are converted to the
     signature's dtypes; outputs start as zeros."""
     signature = _as_signature(signature)
-    return run_executable(build(program, signature, "llvm"), signature, inputs)
+    return run_executable(build(program, signature, "llvm", form=form), signature, inputs)
 
 
 def run_executable(ex, signature: Signature | dict | str, inputs: dict[str, np.ndarray],
@@ -135,6 +153,13 @@ def numpy_dtype(torch_name: str):
 
         return ml_dtypes.bfloat16
     return np.dtype(torch_name)
+
+
+def _checked_form(target_kind: str, form: str) -> str:
+    """The target kind, once `form` is known (the target is checked by the planner)."""
+    if form not in FORMS:
+        raise LoweringError(f"unknown form {form!r}; expected one of {', '.join(FORMS)}")
+    return target_kind
 
 
 def _as_program(program: Program | str) -> Program:

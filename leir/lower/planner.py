@@ -28,6 +28,11 @@ class PStore:
     rhs: object          # a LEIR expression; None for a fill
     where: str           # "nest 2, statement 1 `D=...`", for error messages
     identity: int | float | None = None
+    order: int = -1      # the statement's position in program order (a fill: its reduction's)
+
+    @property
+    def is_fill(self) -> bool:
+        return self.rhs is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +47,7 @@ class PLoop:
     body: tuple = ()
     allocs: tuple[str, ...] = ()  # CUDA: intermediates allocated at the top of this loop's body
     uid: int = 0
+    wrapper: bool = False         # CUDA: the unit loop of a one-thread kernel, not a LEIR loop
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +148,8 @@ class _TreeBuilder:
         raise AssertionError("fill depth beyond the statement's loops")
 
     def _fill_store(self, site: StmtSite) -> PStore:
-        return PStore(site.stmt.lhs, None, "initialisation of " + self.where[site.order], self.inits[site.order])
+        return PStore(site.stmt.lhs, None, "initialisation of " + self.where[site.order], self.inits[site.order],
+                      site.order)
 
     def _top_fill(self, site: StmtSite, loops: tuple[Loop, ...]):
         """A fill before the top-level nest: a nest of its own, whose loop kinds follow the same rules."""
@@ -168,7 +175,7 @@ class _TreeBuilder:
                 body.extend(self._inner_fill(s, lps) for s, lps in inside.get((path, ("item", j)), []))
                 if isinstance(item, Stmt):
                     site = self.by_key[(top, path + (j,))]
-                    body.append(PStore(item.lhs, item.rhs, self.where[site.order]))
+                    body.append(PStore(item.lhs, item.rhs, self.where[site.order], order=site.order))
                 else:
                     body.extend(self._nest(item, top, path + (j,), kinds, inside, context))
             return tuple(body)
@@ -193,7 +200,7 @@ class _TreeBuilder:
         if not free:
             raise LoweringError("a nest binds blockIdx.x, .y and .z but has statements outside them")
         self.uid += 1
-        return PLoop("kernel", 0, 1, "thread", free[0], "L", "one-thread kernel", (item,), (), self.uid)
+        return PLoop("kernel", 0, 1, "thread", free[0], "L", "one-thread kernel", (item,), (), self.uid, True)
 
 
 def _loops(item):

@@ -83,3 +83,26 @@ def test_bad_options(files, args, message):
 def test_unreadable_program_file(files, tmp_path):
     result = run("-s", files[0], tmp_path / "nope.leir")
     assert result.exit_code == 2 and "cannot read" in result.stderr
+
+
+def test_tensorir_form_prints_block_form_that_tvm_parses_schedules_and_builds(files):
+    import numpy as np
+    import tvm
+
+    sig, prog = files
+    result = run("--signature", sig, "--form", "tensorir", prog)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == lower_to_script(PROGRAM, SIG, form="tensorir") + "\n"
+    assert "@T.prim_func(s_tir=True)" in result.stdout and 'T.axis.remap("SR", [tx, c])' in result.stdout
+    func = tvm.script.from_source(result.stdout)
+    tvm.s_tir.Schedule(func).get_sblock("C")
+    a = np.random.default_rng(0).standard_normal((4, 6))
+    outs = []
+    for text in (result.stdout, run("--signature", sig, prog).stdout):
+        ex = tvm.compile(tvm.IRModule({"main": tvm.script.from_source(text)}), target="llvm")
+        c = tvm.runtime.tensor(np.zeros(4))
+        ex["main"](tvm.runtime.tensor(a), c)
+        outs.append(c.numpy())
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_allclose(outs[0], a.sum(axis=1))
+    assert run("--signature", sig, "--form", "blocks", prog).exit_code == 2

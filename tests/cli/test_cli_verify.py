@@ -126,3 +126,23 @@ def test_installed_console_script(tmp_path):
                           timeout=120)
     assert proc.returncode == 1, proc.stderr
     assert [r["status"] for r in rows(proc.stdout)] == ["exact", "mismatch"]
+
+
+def test_form_option_reaches_every_request(runner, tmp_path, monkeypatch):
+    import gpu_tasks.timing
+    import gpu_tasks.verify
+
+    seen = []
+    for module, name in ((gpu_tasks.verify, "pair_request"), (gpu_tasks.timing, "timing_request")):
+        original = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _f=original, **k: seen.append(k["form"]) or _f(*a, **k))
+    batch = tmp_path / "pairs.jsonl"
+    batch.write_text(pair("r", MATMUL_REORDERED) + "\n" + pair("w", MATMUL_WRONG) + "\n")
+    result = runner.invoke(app, ["verify", "-b", str(batch), "-j", "1", "--form", "tensorir"])
+    assert [r["status"] for r in rows(result.stdout)] == ["exact", "mismatch"]
+    result = runner.invoke(app, ["time", "-b", str(batch), "--repeats", "3", "--min-repeat-ms", "1",
+                                 "--form", "tensorir"])
+    assert [r["status"] for r in rows(result.stdout)] == ["ok", "ok"]
+    assert seen == ["tensorir"] * 4
+    bad = runner.invoke(app, ["verify", "-b", str(batch), "--form", "blocks"])
+    assert bad.exit_code == 2 and "Traceback" not in bad.output

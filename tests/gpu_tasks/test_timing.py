@@ -79,3 +79,13 @@ def test_flagging_large_speedups():
 def test_timing_cuda_without_a_gpu_is_a_runtime_error():
     t = time_pair(MATMUL, MATMUL, MATMUL_SIG, target="cuda")
     assert t.status in ("runtime_error", "build_error") and t.error
+
+
+def test_time_pair_in_the_tensorir_form(tmp_path):
+    from gpu_tasks.cache import TIMING_CACHE
+
+    t = time_pair(MATMUL, MATMUL_REORDERED, MATMUL_SIG, repeats=3, min_repeat_ms=1, form="tensorir",
+                  lock_path=str(tmp_path / "lock"))
+    assert t.status == "ok", t.error
+    built = [func.script() for func, _ in TIMING_CACHE._by_hash.values()]
+    assert sum("T.sblock(" in s for s in built) >= 2

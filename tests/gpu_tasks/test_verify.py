@@ -156,3 +156,19 @@ def test_renamed_programs_share_a_build():
 def test_program_objects_and_signature_objects_are_accepted():
     v = verify_pair(parse_program(MATMUL), parse_program(MATMUL_REORDERED), Signature.from_json(MATMUL_SIG.to_json()))
     assert v.status == "exact"
+
+
+def _cached_scripts() -> list[str]:
+    return [func.script() for func, _ in BUILD_CACHE._by_hash.values()]
+
+
+def test_both_lowering_forms_verify_and_are_cached_apart():
+    BUILD_CACHE.clear()
+    assert verify_pair(MATMUL, MATMUL_REORDERED, MATMUL_SIG, form="tensorir").status == "exact"
+    assert verify_pair(MATMUL, MATMUL_WRONG, MATMUL_SIG, form="tensorir").status == "mismatch"
+    scripts = _cached_scripts()
+    assert len(scripts) == 3 and all("T.sblock(" in s and "T.init()" in s for s in scripts)
+    assert verify_pair(MATMUL, MATMUL_REORDERED, MATMUL_SIG).status == "exact"  # plain: its own builds
+    assert BUILD_CACHE.stats.builds == 5 and sum("T.sblock(" not in s for s in _cached_scripts()) == 2
+    v = verify_against_reference(RELU, RELU_SIG, torch_reference("torch.relu(A)"), form="tensorir")
+    assert v.status == "exact"

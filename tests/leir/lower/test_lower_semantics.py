@@ -1,7 +1,7 @@
 """The lowering computes what LEIR.md §4 says: every loop kind, implicit initialisation for any
 subscripts and loop order, nested nests, gathers, scans, 0-d tensors, bare indices, operators.
-Each program is built once for the CPU and compared on several seeded draws with the reference
-interpreter of `test_lower_oracle` (float64: to 1e-12)."""
+Each program is built for the CPU in both forms (plain and TensorIR) and compared on several seeded
+draws with the reference interpreter of `test_lower_oracle` (float64: to 1e-12)."""
 from __future__ import annotations
 
 import itertools
@@ -11,7 +11,7 @@ import pytest
 from test_lower_oracle import interpret, random_inputs
 
 from leir import Signature
-from leir.lower import build, plan, run_executable
+from leir.lower import FORMS, build, plan, run_executable
 
 
 def sig(inputs: dict, outputs: dict) -> Signature:
@@ -22,15 +22,17 @@ def sig(inputs: dict, outputs: dict) -> Signature:
 
 
 def check(program: str, signature: Signature, seeds=(0, 1, 2), rtol=1e-12, atol=1e-12, int_high=4):
-    ex = build(program, signature)
-    for seed in seeds:
-        inputs = random_inputs(signature, seed, int_high)
-        got = run_executable(ex, signature, inputs)
-        want = interpret(program, signature, inputs)
-        for name in want:
-            np.testing.assert_allclose(np.asarray(got[name], dtype=np.float64),
-                                       np.asarray(want[name], dtype=np.float64), rtol=rtol, atol=atol,
-                                       err_msg=f"output {name}, seed {seed}")
+    """Both forms (plain loops, TensorIR blocks) agree with the oracle."""
+    for form in FORMS:
+        ex = build(program, signature, form=form)
+        for seed in seeds:
+            inputs = random_inputs(signature, seed, int_high)
+            got = run_executable(ex, signature, inputs)
+            want = interpret(program, signature, inputs)
+            for name in want:
+                np.testing.assert_allclose(np.asarray(got[name], dtype=np.float64),
+                                           np.asarray(want[name], dtype=np.float64), rtol=rtol, atol=atol,
+                                           err_msg=f"{form} form, output {name}, seed {seed}")
 
 
 def kinds(program: str, signature: Signature, target="llvm") -> list[tuple[str, str]]:

@@ -1,0 +1,92 @@
+"""The search report's references (issue 13): MetaSchedule tunes the TensorIR of the program the search
+times and is timed in one session with the naive program and the search's best state; the Relax path
+is a second figure (on by default, optional); a failing part is reported, never hidden. No tuning runs here (the
+tuned reference itself: tests/gpu_tasks/test_metaschedule.py)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import flows.search as search
+from flows.config import load_params
+
+PROGRAM = {"program_id": "p1", "workload": "matmul", "leir": "L^{2}_{a=0}[C^{f32,g}_{a}=A^{f32,g}_{a};];",
+           "signature": '{"tensors": []}'}
+
+
+def _results():
+    step = {"step_id": "s2", "after_leir": "BEST"}
+    worse = {"step_id": "s1", "after_leir": "WORSE"}
+    return {"gemm": {"steps": [worse, step], "trajectories": [
+        {"trajectory_id": "t1", "program_id": "p1", "steps": json.dumps(["s1"]), "best_speedup": 2.0},
+        {"trajectory_id": "t2", "program_id": "p1", "steps": json.dumps(["s1", "s2"]), "best_speedup": 5.0},
+        {"trajectory_id": "t3", "program_id": "p2", "steps": "[]", "best_speedup": 1.0}]}}
+
+
+def test_best_states_are_the_ends_of_the_best_trajectories():
+    assert search.best_states(_results()) == {"p1": "BEST"}  # p2 found nothing better than its original
+
+
+@pytest.fixture
+def fake_parts(monkeypatch):
+    import gpu_tasks.metaschedule
+    import gpu_tasks.metaschedule_relax
+
+    calls = []
+
+    def tensorir(program, signature, trials, **options):
+        calls.append(("tensorir", program, trials, options))
+        return {"metaschedule_us": 10.0, "session_naive_us": 1000.0, "session_best_us": 20.0, "session_spread": 0.01,
+                "metaschedule_verification": "close", "metaschedule_tuning_s": 50.0}
+
+    def relax(module, inputs, trials):
+        calls.append(("relax", module, trials))
+        return {"metaschedule_us": 12.0, "metaschedule_vm_us": 30.0, "kernels": 1}
+
+    monkeypatch.setattr(search, "_catalogue_module", lambda p, params: ("module", ["inputs"]))
+    monkeypatch.setattr(search, "torch_eager_us", lambda module, inputs: 40.0)
+    monkeypatch.setattr(gpu_tasks.metaschedule, "tensorir_reference", tensorir)
+    monkeypatch.setattr(gpu_tasks.metaschedule_relax, "metaschedule_times", relax)
+    return calls
+
+
+def test_references_tune_the_program_and_time_the_best_state_in_the_same_session(fake_parts):
+    cfg = {**search.DEFAULTS, "reference_programs": 1, "repeats": 3, "min_repeat_ms": 7}
+    [row] = search.references([PROGRAM, {**PROGRAM, "program_id": "p2"}], load_params(), cfg, {"p1": "BEST"})
+    assert fake_parts == [("tensorir", PROGRAM["leir"], 32, {"best": "BEST", "repeats": 3, "min_repeat_ms": 7}),
+                          ("relax", "module", 32)]
+    assert row["metaschedule_us"] == 10.0 and row["session_best_us"] == 20.0 and row["torch_eager_us"] == 40.0
+    assert (row["metaschedule_relax_us"], row["metaschedule_relax_vm_us"]) == (12.0, 30.0) and row["error"] is None
+    [row] = search.references([PROGRAM], load_params(), {**cfg, "metaschedule_relax": False})
+    assert fake_parts[-1][0] == "tensorir" and fake_parts[-1][3]["best"] is None
+    assert row["metaschedule_relax_us"] is None
+    fake_parts.clear()
+    [row] = search.references([PROGRAM], load_params(), {**cfg, "metaschedule_trials": 0})
+    assert fake_parts == [] and row["metaschedule_us"] is None and row["torch_eager_us"] == 40.0
+
+
+def test_a_failing_part_is_reported_and_the_others_still_run(fake_parts, monkeypatch):
+    import gpu_tasks.metaschedule
+
+    def fails(*a, **k):
+        raise gpu_tasks.metaschedule.MetaScheduleError("MetaSchedule found no valid schedule in 32 trials")
+
+    monkeypatch.setattr(gpu_tasks.metaschedule, "tensorir_reference", fails)
+    [row] = search.references([PROGRAM], load_params(), search.DEFAULTS)
+    assert row["error"] == "tensorir: MetaScheduleError: MetaSchedule found no valid schedule in 32 trials"
+    assert row["metaschedule_us"] is None and row["metaschedule_relax_us"] == 12.0 and row["torch_eager_us"] == 40.0
+
+
+def test_report_compares_the_search_with_metaschedule_in_the_same_session(tmp_path):
+    runs = [{"program_id": "p1", "workload": "matmul", "driver": d, "best_speedup": s, "strategies": [],
+             "states_verified": 4, "wall_s": 1.0, "root_us": 900.0} for d, s in (("greedy", 30.0), ("mcts", 45.0))]
+    refs = [{"program_id": "p1", "workload": "matmul", "metaschedule_us": 10.0, "session_naive_us": 1000.0,
+             "session_best_us": 20.0, "metaschedule_relax_us": 12.0, "torch_eager_us": 40.0}]
+    medians = search.build_search_report(runs, refs, tmp_path)
+    report = json.loads((tmp_path / "search.json").read_text())
+    [ref] = report["references"]
+    assert ref["search_speedup_over_metaschedule"] == 0.5  # 10 us tuned against 20 us best, same session
+    assert ref["metaschedule_speedup_over_naive"] == 100.0
+    assert (ref["naive_us"], ref["best_search_us"]) == (900.0, 20.0)  # the search's own session
+    assert medians == {"greedy": 30.0, "mcts": 45.0} and (tmp_path / "search.png").stat().st_size > 5000
