@@ -53,9 +53,10 @@ def fake_parts(monkeypatch):
 
 def test_references_tune_the_program_and_time_the_best_state_in_the_same_session(fake_parts):
     cfg = {**search.DEFAULTS, "reference_programs": 1, "repeats": 3, "min_repeat_ms": 7}
-    [row] = search.references([PROGRAM, {**PROGRAM, "program_id": "p2"}], load_params(), cfg, {"p1": "BEST"})
+    row, second = search.references([PROGRAM, {**PROGRAM, "program_id": "p2"}], load_params(), cfg, {"p1": "BEST"})
     assert fake_parts == [("tensorir", PROGRAM["leir"], 32, {"best": "BEST", "repeats": 3, "min_repeat_ms": 7}),
-                          ("relax", "module", 32)]
+                          ("relax", "module", 32)]  # only the first program is tuned ...
+    assert second["torch_eager_us"] == 40.0 and second["metaschedule_us"] is None  # ... eager runs on every one
     assert row["metaschedule_us"] == 10.0 and row["session_best_us"] == 20.0 and row["torch_eager_us"] == 40.0
     assert (row["metaschedule_relax_us"], row["metaschedule_relax_vm_us"]) == (12.0, 30.0) and row["error"] is None
     [row] = search.references([PROGRAM], load_params(), {**cfg, "metaschedule_relax": False})
