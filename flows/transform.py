@@ -1,6 +1,13 @@
 """The transform stage: every strategy at every site of every verified original (parameter variants
 capped), and the mathematical strategies again on the results of compute_inline (multi-step, depth
-1..N) -> the `steps` table, one shard per workload family."""
+1..N) -> the `steps` table, one shard per workload family.
+
+A profile may bound what the verify stage will have to check: `steps_per_strategy` keeps at most that
+many steps of each strategy over the whole table (spread over the families in turn, each family's
+steps in a seeded order), plus the compute_inline steps that the kept ones start from. Strategies with
+fewer steps keep them all, so the cap trims the common rewrites (compute_inline chains, loop_split)
+and never the rare ones. The cap is applied after the cached shard tasks, so changing it recomputes
+nothing but the selection."""
 from __future__ import annotations
 
 import json
@@ -14,7 +21,7 @@ from prefect import flow, task  # noqa: E402
 from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
 from flows.config import Params  # noqa: E402
-from flows.keys import stable_id  # noqa: E402
+from flows.keys import rank, stable_id  # noqa: E402
 from flows.storage import read_table  # noqa: E402
 from flows.tasks import by_family, key_from_arg, run_tasks, stage_key, write_table  # noqa: E402
 
@@ -79,5 +86,37 @@ def transform_flow(raw: dict, profile: str, lake: str) -> dict:
     families = by_family(read_table(lake, "programs"))
     calls = [(f, transform_task, (stage_key("transform", params, lake, rows), rows, raw, profile))
              for f, rows in families.items()]
-    n = write_table(lake, "steps", run_tasks("transform: apply strategies", calls))
-    return {"stage": "transform", "shards": len(calls), "rows": n}
+    results = run_tasks("transform: apply strategies", calls)
+    generated = sum(len(rows) for rows in results.values())
+    cap = params.profile.get("steps_per_strategy")
+    if cap is not None:
+        results = cap_per_strategy(results, int(cap), params.seed)
+    n = write_table(lake, "steps", results)
+    return {"stage": "transform", "shards": len(calls), "rows": n, "generated": generated}
+
+
+def cap_per_strategy(shards: dict[str, list[dict]], cap: int, seed: int) -> dict[str, list[dict]]:
+    """At most `cap` steps of each strategy over all shards, taken from the families in turn (each
+    family's steps of that strategy in a seeded order), plus the ancestors of every kept step (a step
+    after compute_inline starts from that step's after-state). Shards keep their rows' order."""
+    by_id = {r["step_id"]: r for rows in shards.values() for r in rows}
+    queues: dict[str, dict[str, list[str]]] = {}
+    for family in sorted(shards):
+        for r in shards[family]:
+            queues.setdefault(r["strategy"], {}).setdefault(family, []).append(r["step_id"])
+    keep: dict[str, None] = {}
+    for strategy in sorted(queues):
+        lists = [sorted(ids, key=lambda i, f=family: rank(seed, "cap", f, strategy, i))
+                 for family, ids in sorted(queues[strategy].items())]
+        taken = 0
+        for turn in range(max(len(ids) for ids in lists)):
+            for ids in lists:
+                if turn < len(ids) and taken < cap:
+                    keep[ids[turn]] = None
+                    taken += 1
+    for step_id in list(keep):
+        parent = by_id[step_id]["parent_step_id"]
+        while parent is not None and parent not in keep:
+            keep[parent] = None
+            parent = by_id[parent]["parent_step_id"]
+    return {family: [r for r in rows if r["step_id"] in keep] for family, rows in shards.items()}
