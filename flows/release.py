@@ -22,7 +22,7 @@ from prefect import flow  # noqa: E402
 from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
 from flows.config import Params  # noqa: E402
-from flows.storage import read_table, release_inputs  # noqa: E402
+from flows.storage import read_table, release_inputs, strategy_coverage  # noqa: E402
 
 SPLITS = ("train", "test")
 SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)$")
@@ -69,9 +69,11 @@ def next_version(released: list[str], configured: str, policy: str = "patch") ->
 
 
 def make_release(lake: Path, version: str, samples: pa.Table, steps: pa.Table, params, gate: dict,
-                 filter_counters: list[dict], programs: pa.Table | None = None) -> Path:
+                 filter_counters: list[dict], programs: pa.Table | None = None,
+                 coverage: list[dict] | None = None) -> Path:
     """Write the release folder; refuses a version that exists or is not above the last one.
-    `programs` (the released steps' programs) adds the card's shape, family and dtype sections."""
+    `programs` (the released steps' programs) adds the card's shape, family and dtype sections;
+    `coverage` (flows.storage.strategy_coverage) the section on strategies short of samples."""
     parse_version(version)
     releases = Path(lake) / "releases"
     earlier = previous_versions(releases)
@@ -103,6 +105,8 @@ def make_release(lake: Path, version: str, samples: pa.Table, steps: pa.Table, p
     shapes = _released_shapes(programs, steps, tmp / "shapes.png") if programs is not None else None
     info = dataset_info(tmp, tables)
     card = _card(version, params, sizes, per_strategy, gate, filter_counters, info, date)
+    if coverage is not None:
+        card += _coverage_section(coverage, int(params.release.get("min_samples_per_strategy", 100)))
     if shapes is not None:
         card += _data_sections(shapes, samples, steps, tmp)
     (tmp / "README.md").write_text(card)
@@ -119,6 +123,26 @@ def _released_shapes(programs: pa.Table, steps: pa.Table, plot: Path) -> list[di
     rows = [r for r in program_shapes(programs) if r["program_id"] in released]
     plot_shapes(rows, plot)
     return rows
+
+
+def _coverage_section(coverage: list[dict], minimum: int) -> str:
+    """The strategies released fewer than `minimum` times, and why, from the lake's own counts."""
+    short = [c for c in coverage if c["released"] < minimum]
+    lines = ["## Strategies with fewer than " f"{minimum} samples", ""]
+    if not short:
+        return "\n".join([*lines, f"None: every strategy with a site has at least {minimum} released steps.", ""])
+    lines += ["| strategy | programs with a site | steps made | verified | released | why |",
+              "| --- | --- | --- | --- | --- | --- |"]
+    for c in short:
+        if not c["steps"]:
+            why = "no site in this profile's programs"
+        elif c["verified"] < minimum:
+            why = (f"its sites are rare: {c['steps']} steps in {c['programs']} programs at this profile, "
+                   f"{c['verified']} of them verified")
+        else:
+            why = "the filter (duplicates of one after-state keep the rarest strategy; per-level caps) kept fewer"
+        lines.append(f"| {c['strategy']} | {c['programs']} | {c['steps']} | {c['verified']} | {c['released']} | {why} |")
+    return "\n".join([*lines, ""])
 
 
 def _data_sections(shapes: list[dict], samples: pa.Table, steps: pa.Table, folder: Path) -> str:
@@ -331,7 +355,7 @@ def release_flow(raw: dict, profile: str, lake: str, reports: str, version: str 
     if existing.exists():
         return _compare_release(existing, lake, version, steps, params, gate, counters)
     out = make_release(lake, version, read_table(lake, "samples"), steps, params, gate, counters,
-                       read_table(lake, "programs"))
+                       read_table(lake, "programs"), strategy_coverage(lake, steps))
     return {"stage": "release", "version": version, "path": str(out)}
 
 
@@ -341,7 +365,7 @@ def _compare_release(existing: Path, lake: Path, version, steps, params, gate, c
 
     with tempfile.TemporaryDirectory(dir=lake) as tmp:
         fresh = make_release(Path(tmp), version, read_table(lake, "samples"), steps, params, gate, counters,
-                             read_table(lake, "programs"))
+                             read_table(lake, "programs"), strategy_coverage(lake, steps))
         files = sorted(p.relative_to(fresh) for p in fresh.rglob("*") if p.is_file())
         same = files == sorted(p.relative_to(existing) for p in existing.rglob("*") if p.is_file()) and all(
             (fresh / f).read_bytes() == (existing / f).read_bytes() for f in files)

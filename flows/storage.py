@@ -211,6 +211,33 @@ def release_inputs(lake: Path, params=None):
     return steps, producible
 
 
+def strategy_coverage(lake: Path, released: pa.Table) -> list[dict]:
+    """Per strategy: the programs with a site, the steps made (after the profile's verification budget),
+    those that verified, and those released; what the card says for a strategy short of samples."""
+    import duckdb
+
+    con = duckdb.connect()
+    for name in ("steps", "verifications"):
+        con.register(name, read_table(lake, name))
+    con.register("released", released.select(["strategy"]))
+    rows = con.sql("""WITH made AS (
+                          SELECT s.strategy, count(DISTINCT s.program_id) AS programs, count(*) AS steps,
+                                 count(*) FILTER (WHERE v.status = 'exact' OR (v.status = 'close'
+                                                  AND s.exactness = 'reassociating')) AS verified
+                          FROM steps s JOIN verifications v USING (step_id) GROUP BY 1),
+                      out AS (SELECT strategy, count(*) AS released FROM released GROUP BY 1)
+                      SELECT made.*, coalesce(out.released, 0) AS released
+                      FROM made LEFT JOIN out USING (strategy) ORDER BY strategy""").fetchall()
+    con.close()
+    from strategies.registry import registered
+
+    made = {r[0]: dict(zip(("strategy", "programs", "steps", "verified", "released"), r, strict=True)) for r in rows}
+    for strategy in registered():
+        made.setdefault(strategy.name, {"strategy": strategy.name, "programs": 0, "steps": 0, "verified": 0,
+                                        "released": 0})
+    return [made[k] for k in sorted(made)]
+
+
 def split_sources(lake: Path, split: str) -> dict[str, tuple[object, str, str]]:
     """sample_id -> (signature as JSON object, original LEIR, prompt) for the samples of `split`: what
     a model is scored against (`steptp eval --split`). The original is the first step's before-state."""

@@ -190,3 +190,30 @@ def test_next_version_rejects_an_unknown_policy():
 
     with pytest.raises(ReleaseError, match="version_policy must be one of patch, minor, major"):
         next_version(["0.1.0"], "0.1.0", "nightly")
+
+
+def test_card_says_why_a_strategy_has_fewer_samples_than_the_minimum(tmp_path, inputs):
+    from flows.storage import strategy_coverage, write_shard
+
+    params, samples, released, counters = inputs
+    programs, steps, verifs = tables()
+    lake = tmp_path / "lake"
+    write_shard(lake, "steps", "all", steps.to_pylist())
+    write_shard(lake, "verifications", "all", verifs.to_pylist())
+    coverage = {c["strategy"]: c for c in strategy_coverage(lake, released)}
+    made = steps.to_pylist()
+    for name in {r["strategy"] for r in made}:
+        assert coverage[name]["steps"] == sum(r["strategy"] == name for r in made)
+        assert coverage[name]["released"] == released.column("strategy").to_pylist().count(name)
+    assert len(coverage) == 43 and coverage["powsimp"]["steps"] == 0  # registered strategies without a site too
+    out = make_release(lake, "0.1.0", samples, released, params, {"success": True}, [c.to_json() for c in counters],
+                       coverage=list(coverage.values()))
+    card = (out / "README.md").read_text()
+    section = card[card.index("## Strategies with fewer than 100 samples"):]
+    assert "| powsimp | 0 | 0 | 0 | 0 | no site in this profile's programs |" in section
+    some = next(c for c in coverage.values() if c["steps"])
+    assert f"| {some['strategy']} | {some['programs']} | {some['steps']} |" in section  # every strategy here is short
+    enough = make_release(tmp_path / "l2", "0.1.0", samples, released, params.__class__(
+        {**params.raw, "release": {**params.release, "min_samples_per_strategy": 0}}, params.profile_name), {"success": True},
+        [], coverage=list(coverage.values()))
+    assert "None: every strategy with a site has at least 0" in (enough / "README.md").read_text()
