@@ -95,6 +95,18 @@ def test_a_mismatch_is_reported_even_when_the_reference_is_degenerate():
     assert v.status == "mismatch"
 
 
+def test_a_program_constant_within_tolerance_of_a_varying_reference_is_invalid():
+    # float16 saturation: the reference varies in its last bits, the program's output never changes
+    ref = [0.9999 + 1e-7 * a for a in DRAWS]
+    prog = [np.full(a.shape, 0.9999, dtype=np.float16) for a in DRAWS]
+    v = judge(outputs(ref), outputs(prog), {"C": "f16"})
+    assert v.status == "invalid" and "the program's output C is identical on every draw" in v.error
+    assert judge(outputs(ref), outputs([r.astype(np.float16) for r in ref]),
+                 {"C": "f16"}).status == "invalid"  # the reference rounded to float16: constant too
+    varying = [a.astype(np.float16) for a in DRAWS]
+    assert judge(outputs(DRAWS), outputs(varying), {"C": "f16"}).status == "close"
+
+
 def test_lower_precision_program_against_float64_reference():
     ref = DRAWS
     prog = [a.astype(np.float32) for a in DRAWS]
