@@ -42,6 +42,14 @@ answer in another spelling comparable. Expressions over `strategies.algebra.MAX_
   intermediate has that shape with one more axis (the parts stacked, on any axis);
 - `tensor_split_to_decouple_operators`: the reverse: new intermediates of a shape that a stacked
   intermediate has with one more axis, which is gone or accessed less.
+
+Limits. A predicate is a structural sign, checked only once the answer verifies; it proves nothing
+by itself. sympy's own steps sometimes do something else as a side effect, and such a library step
+shows no effect here (it still passes by the exact match): `cancellation` that only multiplies out
+a polynomial (cancel expands p and q; nothing is a fraction), `factorization` that only brings a sum
+over a common denominator (factor does that first), `apart` in an access that only gathers the
+terms free of it. Answers that rename loop indices or move statements as well as rewriting an
+expression are not compared (the programs must be alike but for the rewritten expressions).
 """
 from __future__ import annotations
 
