@@ -26,14 +26,29 @@ the two programs' structure:
   max / sum-of-exp written as a scan that reads its own previous element; `exponential_split` more
   exponentials; `expand_log` more logarithms, `logsimp` fewer.
 
-The remaining strategies (the symbolic rewrites whose effect is a particular algebraic normal form)
-have no structural predicate: for them only the exact match with the library counts.
+- symbolic rewrites, splits, reorder and stacked tensors (`evaluation.symbolic_effects`, merged in
+  below): `factorization` a sum became a product that multiplies out to it; `expand_factorization`
+  fewer products of sums; `collect` / `expand_collect` terms grouped by / distributed from a common
+  power of one access; `cancellation` a smaller degree as one fraction; `expand_cancellation` a
+  numerator split term by term over its denominator; `apart` a polynomial part plus proper partial
+  fractions in one access; `together` fewer sums of fractions; `powsimp` / `expand_powsimp` fewer /
+  more exponentials or like powers to combine in a product; `additive_split` one sum accumulation
+  became several of fewer terms; `multiplicative_split` a new sum and a store of the result from it
+  in fewer loops; `partially_equivalent_then_correct` the sum of exp no longer reads its offset and
+  a later statement multiplies it by an exp that does; `expression_reorder` the same program up to
+  the order of + and * operands and of nests and body items; `tensor_concat_to_fuse_operators` /
+  `tensor_split_to_decouple_operators` intermediates of one shape stacked into one with one more
+  axis / split out of it.
+
+Every registered strategy has a predicate. Each is a necessary structural sign of the strategy, not
+a proof of equivalence: the caller only asks once the answer verifies.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 from itertools import combinations
 
+from evaluation.symbolic_effects import SYMBOLIC
 from leir.analysis import statement_sites, tensor_table
 from leir.ast import Access, BinOp, Call, Loop, Nest, Program, Select, Stmt, Var, accesses, walk_expr
 from leir.signature import Signature
@@ -327,3 +342,6 @@ def _expand_log(a: Program, b: Program, sig: Signature) -> bool:
 @effect("logsimp")
 def _logsimp(a: Program, b: Program, sig: Signature) -> bool:
     return 0 < _calls(b, "log") < _calls(a, "log")
+
+
+EFFECTS.update(SYMBOLIC)

@@ -156,7 +156,7 @@ def _cached_transform(name: str, stmt, key: tuple) -> sympy.Expr | None:
         if not strategy.rational:
             return strategy.transform(tr, dict(key))
         table: dict = {}
-        opaque = Translated(tr.target, tr.bridge, _atomize(tr.expr, table))
+        opaque = Translated(tr.target, tr.bridge, atomize(tr.expr, table))
         out = strategy.transform(opaque, dict(key))
         return out.xreplace({sym: e for e, sym in table.items()})
     except (sympy.PolynomialError, sympy.SympifyError, NotImplementedError, ValueError, TypeError,
@@ -164,18 +164,18 @@ def _cached_transform(name: str, stmt, key: tuple) -> sympy.Expr | None:
         return None  # sympy cannot do it here (not rational in the symbol, ...): no step
 
 
-def _atomize(e: sympy.Expr, table: dict) -> sympy.Expr:
+def atomize(e: sympy.Expr, table: dict) -> sympy.Expr:
     """`e` with every transcendental call and fractional power replaced by a symbol (same sign facts)."""
     if e.is_Atom:
         return e
     if e.is_Pow and not e.exp.is_Integer and e.exp.is_Number and e.exp < 0:
-        return sympy.Pow(_atomize(sympy.Pow(e.base, -e.exp), table), -1)
+        return sympy.Pow(atomize(sympy.Pow(e.base, -e.exp), table), -1)
     if isinstance(e, sympy.Function) or (e.is_Pow and not e.exp.is_Integer):
         if e not in table:
             table[e] = sympy.Symbol("@" + str(e), real=True, positive=e.is_positive or None,
                                     nonnegative=e.is_nonnegative or None, nonzero=e.is_nonzero or None)
         return table[e]
-    return e.func(*[_atomize(a, table) for a in e.args])
+    return e.func(*[atomize(a, table) for a in e.args])
 
 
 def _symbols_fact(tr: Translated) -> str:
