@@ -1,8 +1,11 @@
 """Memory-level strategies: golden before/expected tests and refusals where illegal."""
 from __future__ import annotations
 
+import pytest
 from strategy_cases import assert_golden, ctx, results, sig
 
+from strategies.base import Illegal
+from strategies.memory import relaid_copy
 from strategies.registry import get
 
 S2 = sig(("A", [4, 8], "float64", "input"), ("C", [4, 8], "float64", "output"))
@@ -45,7 +48,55 @@ def test_cache_write_refuses_an_accumulation_onto_earlier_values():
 
 def test_layout_transformation_golden():
     assert_golden("layout_transformation", TWO, [TWO.replace("D^{f64,g}_{tx,a}", "D^{f64,g}_{a,tx}")], S2)
-    assert results("layout_transformation", MM, M_SIG) == []  # known tensors keep their layout
+    # known tensors keep their layout; only copies of the inputs are offered (D is the output)
+    assert all(r.startswith("L^") and "D^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}" in r
+               for r in results("layout_transformation", MM, M_SIG))
+
+
+def test_layout_transformation_copies_a_known_input_golden():
+    """The published strategy: `Y = X` in another layout, read by every later statement instead of X."""
+    assert_golden("layout_transformation", MM, [
+        "L^{6}_{d=0}L^{4}_{f=0}[E^{f64,g}_{d,f}=A^{f64,g}_{f,d};];"
+        "B^{4}_{tx=0}L^{8}_{a=0}L^{6}_{c=0}[D^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}+E^{f64,g}_{c,tx}*C^{f64,g}_{c,a};];",
+        "L^{2}_{d=0}L^{6}_{f=0}L^{4}_{g=0}[E^{f64,g}_{d,f,g}=C^{f64,g}_{f,d*4+g};];"
+        "B^{4}_{tx=0}L^{8}_{a=0}L^{6}_{c=0}[D^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}+A^{f64,g}_{tx,c}*E^{f64,g}_{a//4,c,a%4};];",
+        "L^{8}_{d=0}L^{6}_{f=0}[E^{f64,g}_{d,f}=C^{f64,g}_{f,d};];"
+        "B^{4}_{tx=0}L^{8}_{a=0}L^{6}_{c=0}[D^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}+A^{f64,g}_{tx,c}*E^{f64,g}_{a,c};];",
+    ], M_SIG)
+
+
+def test_layout_transformation_packs_a_split_subscript_without_division():
+    """After a split (a -> g*4+a), the packed copy is read at (g, c, a): no // or % is left."""
+    split = "B^{4}_{tx=0}L^{2}_{g=0}L^{4}_{a=0}L^{6}_{c=0}[D^{f64,g}_{tx,g*4+a}=D^{f64,g}_{tx,g*4+a}+A^{f64,g}_{tx,c}*C^{f64,g}_{c,g*4+a};];"
+    got = [r for r in results("layout_transformation", split, M_SIG) if "E^{f64,g}_{h,i,j}=C" in r]
+    assert got == ["L^{2}_{h=0}L^{6}_{i=0}L^{4}_{j=0}[E^{f64,g}_{h,i,j}=C^{f64,g}_{i,h*4+j};];"
+                   "B^{4}_{tx=0}L^{2}_{g=0}L^{4}_{a=0}L^{6}_{c=0}[D^{f64,g}_{tx,g*4+a}=D^{f64,g}_{tx,g*4+a}"
+                   "+A^{f64,g}_{tx,c}*E^{f64,g}_{g,c,a};];"]
+
+
+def test_layout_transformation_refuses_bad_copies():
+    st, c = get("layout_transformation"), ctx(MM, M_SIG)
+    site = next(s for s in st.sites(c) if s.tensors == ("C",))
+    assert st.apply(c, site, {"copy": "packed", "dim": 1, "factor": 3}) is None     # 3 does not divide 8
+    assert st.apply(c, site, {"copy": "packed", "dim": 1, "factor": 8}) is None     # one block: no packing
+    assert st.apply(c, site, {"copy": "transposed", "order": [0, 1]}) is None       # the same layout
+    with pytest.raises(Illegal, match="not a known input"):
+        relaid_copy(c, "D", {"copy": "transposed", "order": [1, 0]})                # the output is written
+    assert not any(s.tensors == ("D",) for s in st.sites(c))
+
+
+def test_layout_transformation_copies_verify_exactly():
+    pytest.importorskip("tvm")
+    from gpu_tasks.verify import verify_pair
+
+    s = sig(("A", [8, 16], "float32", "input"), ("C", [16, 32], "float32", "input"),
+            ("D", [8, 32], "float32", "output"))
+    mm = "B^{8}_{tx=0}L^{32}_{a=0}L^{16}_{c=0}[D^{f32,g}_{tx,a}=D^{f32,g}_{tx,a}+A^{f32,g}_{tx,c}*C^{f32,g}_{c,a};];"
+    ts = [t for t in get("layout_transformation").transformations(ctx(mm, s)) if t.params.get("copy")]
+    assert {t.params["copy"] for t in ts} == {"packed", "transposed"}
+    assert any(t.site.tensors == ("C",) and t.params["copy"] == "packed" for t in ts)  # the matmul's right operand
+    for t in ts:
+        assert verify_pair(t.before, t.after, s).status == "exact", t.after_text
 
 
 def test_set_storage_layout_golden():
