@@ -11,7 +11,9 @@ from collections.abc import Iterator
 from itertools import product
 
 from leir.analysis import lhs_vars, reduction_op
-from leir.ast import BinOp, Loop, Nest, Num, Program, Stmt, Var, map_stmt
+from dataclasses import replace
+
+from leir.ast import BinOp, Call, Loop, Nest, Num, Program, Stmt, Var, map_stmt, walk_expr
 from leir.names import BIND_PREFIXES, bind_name
 from strategies.base import Context, Illegal, Rewrite, Site, Strategy
 from strategies.legality import (
@@ -374,12 +376,18 @@ def _body_iterations(nest: Nest) -> int:
     return iterations(nest.loops) * max([1] + inner)
 
 
+VECTOR_WIDTHS = (16, 8, 32)   # lanes of a split-off vector loop: float32 in AVX-512, AVX2, two registers
+FAST_EXP_DTYPES = ("f32", "f16", "bf16")  # where fast_exp's float32 error (~2e-7) is within the tolerance
+
+
 @register
 class LoopVectorization(Strategy):
     name = "loop_vectorization"
     level = "operator"
     exactness = "exact"
-    description = "Vectorize the innermost spatial loop of a nest on the CPU (V)."
+    description = ("Vectorize the innermost spatial loop of a nest on the CPU (V); a long loop is split first "
+                   "(`width`), and `exp` below it may become the vectorisable `fast_exp` (`exp: fast`, "
+                   "a reassociating variant: close, never bitwise equal).")
 
     def sites(self, ctx):
         if ctx.gpu:
@@ -387,16 +395,46 @@ class LoopVectorization(Strategy):
         for top, path, k, nest, _ in loop_positions(ctx):
             innermost = k == len(nest.loops) - 1 and all(isinstance(i, Stmt) for i in nest.body)
             lp = nest.loops[k]
-            if innermost and lp.kind == "L" and 2 <= lp.extent <= MAX_VECTOR:
+            if innermost and lp.kind == "L" and lp.extent >= 2 and (
+                    lp.extent <= MAX_VECTOR or any(lp.extent % w == 0 for w in VECTOR_WIDTHS)):
                 yield Site(top, path, loops=(lp.var,), extra=(("loop_index", k),))
+
+    def parameters(self, ctx, site):
+        nest = get_item(ctx.program, site.nest, site.path)
+        lp = nest.loops[dict(site.extra)["loop_index"]]
+        has_exp = any(isinstance(n, Call) and n.fn == "exp" for s in body_statements(nest)
+                      for n in walk_expr(s[0].rhs))
+        widths = [{}] if lp.extent <= MAX_VECTOR else []
+        widths += [{"width": w} for w in VECTOR_WIDTHS if lp.extent % w == 0 and w < lp.extent]
+        for w in widths:
+            yield w
+            if has_exp:
+                yield {**w, "exp": "fast"}
+
+    def apply(self, ctx, site, params):
+        t = super().apply(ctx, site, params)
+        if t is not None and params.get("exp") == "fast":
+            t = replace(t, exactness="reassociating")   # fast_exp is close to exp, never bitwise equal
+        return t
 
     def rewrite(self, ctx, site, params):
         if ctx.gpu:
             raise Illegal("vector loops have no meaning inside a CUDA kernel")
         nest = get_item(ctx.program, site.nest, site.path)
         k = dict(site.extra)["loop_index"]
+        width = params.get("width")
+        if width is not None:
+            lp = nest.loops[k]
+            if lp.extent % width or not 1 < width < lp.extent:
+                raise Illegal(f"{width} does not properly divide the extent {lp.extent}")
+            outer_var = fresh_indices(ctx.program).fresh()
+            nest = split_loop(nest, k, width, outer_var)
+            k += 1
         lp = nest.loops[k]
-        stmts = _under(ctx, site.nest, site.path, nest, k)
+        if lp.extent > MAX_VECTOR:
+            raise Illegal(f"{lp.extent} lanes are more than {MAX_VECTOR}: split the loop first")
+        probe = replace_item(ctx.program, site.nest, site.path, (nest,))
+        stmts = _under(ctx.with_program(probe), site.nest, site.path, nest, k)
         reason = loop_carries_dependence(stmts, lp.var)
         if reason:
             raise Illegal(reason)
@@ -408,9 +446,45 @@ class LoopVectorization(Strategy):
         facts = (f"{lp.var} is the innermost loop and a spatial axis of every statement below it",
                  f"the extent {lp.extent} is small (at most {MAX_VECTOR}) and the target is the CPU",
                  f"no statement reads an element that another iteration of {lp.var} writes")
+        if width is not None:
+            facts = (f"{width} divides the extent {width * nest.loops[k - 1].extent}, so the split loop "
+                     f"{nest.loops[k - 1].var}*{width}+{lp.var} enumerates every iteration once, in order",) + facts
         stride = f"; {', '.join(unit)} is written with stride 1" if unit else ""
         effect = f"The {lp.extent} iterations of {lp.var} run as SIMD lanes{stride}."
+        if params.get("exp") == "fast":
+            new, more, why = fast_exp_below(new, stmts)
+            facts += more
+            effect += why
         return Rewrite(replace_item(ctx.program, site.nest, site.path, (new,)), facts, effect)
+
+
+def fast_exp_below(nest: Nest, stmts) -> tuple[Nest, tuple[str, ...], str]:
+    """Every `exp` of the nest's statements as `fast_exp`; Illegal where a close result is not enough."""
+    for stmt, _ in stmts:
+        calls = [n for n in walk_expr(stmt.rhs) if isinstance(n, Call) and n.fn == "exp"]
+        if not calls:
+            continue
+        if stmt.lhs.dtype not in FAST_EXP_DTYPES:
+            raise Illegal(f"{stmt.lhs.tensor} is {stmt.lhs.dtype}: fast_exp carries float32's error (about 2e-7 "
+                          "relative), beyond what this result is held to (an exact or float64 result)")
+        if any(isinstance(c, Call) and c.fn == "exp" for cond in _conditions(stmt.rhs) for c in walk_expr(cond)):
+            raise Illegal("an exp decides a condition: a close value could flip the branch")
+    if not any(isinstance(n, Call) and n.fn == "exp" for stmt, _ in stmts for n in walk_expr(stmt.rhs)):
+        raise Illegal("no exp below the loop")
+    swapped = map_nest_stmts(nest, lambda s: map_stmt(s, lambda n: Call("fast_exp", n.args)
+                                                      if isinstance(n, Call) and n.fn == "exp" else n))
+    facts = ("every exp below the vector loop computes a float32 (or narrower) result, where fast_exp's relative "
+             "error of about 2e-7 stays inside the dtype's tolerance; no exp decides a condition",
+             "fast_exp rounds differently from exp: the step is reassociating (verified close, not exact)")
+    why = (" Each exp becomes fast_exp (range reduction and a polynomial in plain arithmetic), so the lanes "
+           "compute it as vector code instead of one scalar expf call per element.")
+    return swapped, facts, why
+
+
+def _conditions(expr):
+    from leir.ast import Select
+
+    return [n.cond for n in walk_expr(expr) if isinstance(n, Select)]
 
 
 @register
