@@ -77,6 +77,20 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(2, n) if n % d == 0]
 
 
+# Factors tried first: SIMD widths of float32 (AVX-512, two registers, AVX2) and cache-sized blocks;
+# the enumeration caps (MAX_FACTORS, MAX_TILES) keep the best-placed variants, not the smallest ones.
+PREFERRED_FACTORS = (16, 32, 8, 4, 64, 2)
+
+
+def by_preference(factors: list[int]) -> list[int]:
+    """`factors` in PREFERRED_FACTORS order, the others after them, ascending."""
+    return sorted(factors, key=lambda f: (PREFERRED_FACTORS.index(f) if f in PREFERRED_FACTORS else 99, f))
+
+
+def _factor_rank(f: int) -> int:
+    return PREFERRED_FACTORS.index(f) if f in PREFERRED_FACTORS else len(PREFERRED_FACTORS) + f
+
+
 def substitute_in_nest(nest: Nest, mapping: dict) -> Nest:
     return map_nest_stmts(nest, lambda s: map_stmt(s, lambda n: mapping.get(n.name, n)
                                                    if isinstance(n, Var) else n))
@@ -179,7 +193,7 @@ class LoopSplit(Strategy):
     def parameters(self, ctx, site):
         nest = get_item(ctx.program, site.nest, site.path)
         k = dict(site.extra)["loop_index"]
-        for f in divisors(nest.loops[k].extent)[:MAX_FACTORS]:
+        for f in by_preference(divisors(nest.loops[k].extent))[:MAX_FACTORS]:
             yield {"factor": f}
 
     def rewrite(self, ctx, site, params):
@@ -216,7 +230,8 @@ class LoopTiling(Strategy):
         nest = get_item(ctx.program, site.nest, site.path)
         k = dict(site.extra)["loop_index"]
         pairs = list(product(divisors(nest.loops[k].extent), divisors(nest.loops[k + 1].extent)))
-        for fa, fb in pairs[:MAX_TILES]:
+        order = sorted(range(len(pairs)), key=lambda i: (_factor_rank(pairs[i][0]) + _factor_rank(pairs[i][1]), i))
+        for fa, fb in [pairs[i] for i in order][:MAX_TILES]:
             yield {"factors": [fa, fb]}
 
     def rewrite(self, ctx, site, params):
