@@ -155,25 +155,41 @@ class LoopReorder(Strategy):
         pairs = [(i, j) for n, i in enumerate(movable) for j in movable[n + 1:]]
         for i, j in pairs[:MAX_ORDERS]:
             yield {"swap": [nest.loops[i].var, nest.loops[j].var]}
+        # One loop moved two or more places (a rotation of the loops between): a reduction axis
+        # hoisted above a tile's point loops in one step, as register blocking needs.
+        moves = [(i, j) for i in movable for j in movable if abs(i - j) >= 2]
+        for i, j in moves[:MAX_ORDERS]:
+            yield {"move": nest.loops[i].var, "to": j}
 
     def rewrite(self, ctx, site, params):
         nest = get_item(ctx.program, site.nest, site.path)
         names = [lp.var for lp in nest.loops]
-        i, j = (names.index(v) for v in params["swap"])
         loops = list(nest.loops)
-        loops[i], loops[j] = loops[j], loops[i]
+        if "move" in params:
+            i, j = names.index(params["move"]), int(params["to"])
+            if not 0 <= j < len(loops) or abs(i - j) < 2:
+                raise Illegal("a move goes two or more places inside the band (one place is a swap)")
+            loops.insert(j, loops.pop(i))
+            moved = [params["move"]] + [lp.var for lp in nest.loops[min(i, j):max(i, j) + 1] if lp.var != params["move"]]
+        else:
+            i, j = (names.index(v) for v in params["swap"])
+            loops[i], loops[j] = loops[j], loops[i]
+            moved = list(params["swap"])
         new_order = [lp.var for lp in loops]
+        if ctx.gpu and [lp.var for lp in loops if lp.kind == "B"] != [lp.var for lp in nest.loops if lp.kind == "B"]:
+            raise Illegal("thread-bound loops stay where they are on CUDA")
         carry = band_carries(ctx.program, site.nest, site.path, nest)
         if not keeps_relative_order(names, new_order, carry):
-            raise Illegal(f"{', '.join(params['swap'])} both carry dependences (e.g. two reduction axes); "
-                          "swapping them would change the order of the updates")
+            raise Illegal(f"{', '.join(moved)} include two loops that carry dependences (e.g. two reduction "
+                          "axes); exchanging them would change the order of the updates")
         if any(lp.kind == "V" for lp in loops[:-1]):
             raise Illegal("the vectorized loop must stay innermost")
         new = Nest(tuple(loops), nest.body)
         a, b = nest.loops[i], nest.loops[j]
-        effect = (f"Swapping {a.var} (extent {a.extent}) and {b.var} (extent {b.extent}) changes the "
-                  f"traversal from {nest_text_loops(nest)} to {nest_text_loops(new)}, which changes which "
-                  "subscripts vary fastest (stride-1 access and reuse in the innermost loop).")
+        how = (f"Moving {a.var} (extent {a.extent}) to position {j + 1}" if "move" in params else
+               f"Swapping {a.var} (extent {a.extent}) and {b.var} (extent {b.extent})")
+        effect = (f"{how} changes the traversal from {nest_text_loops(nest)} to {nest_text_loops(new)}, which "
+                  "changes which subscripts vary fastest (stride-1 access and reuse in the innermost loop).")
         return Rewrite(replace_item(ctx.program, site.nest, site.path, (new,)),
                        reorder_facts(carry, names, new_order), effect)
 
@@ -510,14 +526,25 @@ class LoopParallelization(Strategy):
     description = "Mark a serial loop whose iterations are independent as parallel (P)."
 
     def sites(self, ctx):
+        # On the CPU a bound (B) loop is a serial loop: it can become parallel too (with an index name).
+        kinds = ("L",) if ctx.gpu else ("L", "B")
         for top, path, k, nest, _outer in loop_positions(ctx):
-            if nest.loops[k].kind == "L":
+            if nest.loops[k].kind in kinds:
                 yield Site(top, path, loops=(nest.loops[k].var,), extra=(("loop_index", k),))
 
     def rewrite(self, ctx, site, params):
         nest = get_item(ctx.program, site.nest, site.path)
         k = dict(site.extra)["loop_index"]
         loop = nest.loops[k]
+        if loop.kind == "B":
+            if ctx.gpu:
+                raise Illegal("a thread-bound loop is already parallel on the GPU")
+            renamed = fresh_indices(ctx.program).fresh()   # P loops take index names, not binding names
+            body = substitute_in_nest(Nest(nest.loops[k + 1:], nest.body), {loop.var: Var(renamed)})
+            nest = Nest(nest.loops[:k] + (Loop("L", loop.extent, renamed, loop.start),) + body.loops, body.body)
+            probe = replace_item(ctx.program, site.nest, site.path, (nest,))
+            ctx = ctx.with_program(probe)
+            loop = nest.loops[k]
         outer = enclosing_loops(ctx.program, site.nest, site.path) + nest.loops[:k]
         if any(lp.kind == "P" for lp in outer) or _has_inner_parallel(Nest(nest.loops[k + 1:], nest.body)):
             raise Illegal("an enclosing or enclosed loop is already parallel")

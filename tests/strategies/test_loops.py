@@ -25,7 +25,31 @@ def test_loop_reorder_golden_moves_free_loops_around_the_reduction_axis():
         "L^{8}_{a=0}B^{4}_{tx=0}L^{6}_{c=0}" + BODY,
         "L^{6}_{c=0}L^{8}_{a=0}B^{4}_{tx=0}" + BODY,
         "B^{4}_{tx=0}L^{6}_{c=0}L^{8}_{a=0}" + BODY,
+        "L^{8}_{a=0}L^{6}_{c=0}B^{4}_{tx=0}" + BODY,     # move tx to the inside (a rotation)
+        "L^{6}_{c=0}B^{4}_{tx=0}L^{8}_{a=0}" + BODY,     # move c to the outside
     ], M_SIG)
+
+
+def test_loop_reorder_move_hoists_the_reduction_above_a_tiles_point_loops():
+    tiled = ("L^{2}_{g=0}L^{2}_{h=0}B^{2}_{tx=0}L^{4}_{a=0}L^{6}_{c=0}"
+             "[D^{f64,g}_{g*2+tx,h*4+a}=D^{f64,g}_{g*2+tx,h*4+a}+A^{f64,g}_{g*2+tx,c}*C^{f64,g}_{c,h*4+a};];")
+    st, c = get("loop_reorder"), ctx(tiled, M_SIG)
+    site = next(iter(st.sites(c)))
+    t = st.apply(c, site, {"move": "c", "to": 2})
+    assert t.after_text == tiled.replace("B^{2}_{tx=0}L^{4}_{a=0}L^{6}_{c=0}", "L^{6}_{c=0}B^{2}_{tx=0}L^{4}_{a=0}")
+    assert {"move": "c", "to": 2} in list(st.parameters(c, site))
+    with pytest.raises(Illegal):
+        st.rewrite(c, site, {"move": "c", "to": 3})    # one place is a swap, not a move
+
+
+def test_loop_reorder_move_keeps_the_order_of_two_reduction_axes():
+    st, c = get("loop_reorder"), ctx(TWO_RED, CONV_SIG)
+    site = next(iter(st.sites(c)))
+    with pytest.raises(Illegal, match="carry dependences"):
+        st.rewrite(c, site, {"move": "h", "to": 1})    # h before g: the updates' order would change
+    got = results("loop_reorder", TWO_RED, CONV_SIG)
+    assert any("L^{2}_{g=0}L^{3}_{h=0}L^{4}_{a=0}" in r for r in got)   # a moved inside both: legal
+    assert all(r.index("_{g=0}") < r.index("_{h=0}") for r in got)     # g stays outside h everywhere
 
 
 def test_loop_reorder_keeps_bound_loops_in_place_on_cuda():
@@ -112,8 +136,15 @@ def test_loop_binding_only_on_cuda_and_only_independent_loops():
 
 
 def test_loop_parallelization_golden_and_refusals():
-    assert_golden("loop_parallelization", MM, ["B^{4}_{tx=0}P^{8}_{a=0}L^{6}_{c=0}" + BODY], M_SIG)
-    assert results("loop_parallelization", SCAN, SCAN_SIG) == []
+    assert_golden("loop_parallelization", MM, [
+        # on the CPU a bound loop is serial: it becomes a parallel loop with an index name
+        "P^{4}_{d=0}L^{8}_{a=0}L^{6}_{c=0}" + BODY.replace("tx", "d"),
+        "B^{4}_{tx=0}P^{8}_{a=0}L^{6}_{c=0}" + BODY], M_SIG)
+    assert results("loop_parallelization", MM, M_SIG, "cuda") == ["B^{4}_{tx=0}P^{8}_{a=0}L^{6}_{c=0}" + BODY]
+    # the rows of the scan are independent; its loop a carries the scan and is never parallel
+    assert results("loop_parallelization", SCAN, SCAN_SIG) == [
+        "P^{2}_{c=0}L^{6}_{a=0}[C^{f64,g}_{c,a}=max(if_then_else(a-1<0,-inf,C^{f64,g}_{c,a-1}),A^{f64,g}_{c,a});];"]
+    assert results("loop_parallelization", SCAN, SCAN_SIG, "cuda") == []
 
 
 def test_reduction_factorization_golden():
