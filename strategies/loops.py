@@ -437,6 +437,10 @@ class LoopVectorization(Strategy):
                       for n in walk_expr(s[0].rhs))
         widths = [{}] if lp.extent <= MAX_VECTOR else []
         widths += [{"width": w} for w in VECTOR_WIDTHS if lp.extent % w == 0 and w < lp.extent]
+        if not site.path and len(nest.body) == 1 and isinstance(nest.body[0], Stmt) \
+                and reduction_op(nest.body[0]) is not None and lp.var not in lhs_vars(nest.body[0]):
+            # a reduction axis: the lanes keep `width` partial results, combined after the loop
+            widths = [{"width": w["width"], "partials": True} for w in widths if "width" in w]
         for w in widths:
             yield w
             if has_exp:
@@ -444,13 +448,46 @@ class LoopVectorization(Strategy):
 
     def apply(self, ctx, site, params):
         t = super().apply(ctx, site, params)
-        if t is not None and params.get("exp") == "fast":
-            t = replace(t, exactness="reassociating")   # fast_exp is close to exp, never bitwise equal
+        if t is not None and (params.get("exp") == "fast" or params.get("partials")):
+            # fast_exp is close to exp, never bitwise equal; partial sums reassociate the reduction
+            t = replace(t, exactness="reassociating")
         return t
+
+    def _partials(self, ctx, site, params) -> Rewrite:
+        """Vectorise a reduction axis: rfactor by `width` (the partial results per lane in a new
+        tensor, then a short combining nest), the partial nest's lane loop marked V."""
+        nest = ctx.program.nests[site.nest]
+        k = dict(site.extra)["loop_index"]
+        if site.path or k != len(nest.loops) - 1:
+            raise Illegal("only the innermost loop of a top-level reduction nest is vectorised with partials")
+        order = next(s.order for s in ctx.sites if s.nest_index == site.nest)
+        stmt = nest.body[0]
+        rf_site = Site(site.nest, loops=(nest.loops[k].var,), stmts=(order,), tensors=(stmt.lhs.tensor,),
+                       extra=(("loop_index", k),))
+        rf = ReductionFactorization().rewrite(ctx, rf_site, {"factor": params["width"]})
+        partial = rf.program.nests[site.nest]
+        lane = partial.loops[-1]
+        stmts = body_statements(partial)
+        reason = loop_carries_dependence(stmts, lane.var)
+        if reason:
+            raise Illegal(reason)
+        new = with_loop(partial, len(partial.loops) - 1, Loop("V", lane.extent, lane.var, lane.start))
+        facts = rf.facts + (f"the lanes of {lane.var} accumulate into distinct partial results, so the "
+                            "partial nest's innermost loop carries no dependence",)
+        effect = (f"The reduction over {lane.var} keeps {lane.extent} partial results, one per SIMD lane, "
+                  f"updated as vector code, then combined in a short nest of {lane.extent} terms per element.")
+        if params.get("exp") == "fast":
+            new, more, why = fast_exp_below(new, stmts)
+            facts += more
+            effect += why
+        program = Program(rf.program.nests[:site.nest] + (new,) + rf.program.nests[site.nest + 1:])
+        return Rewrite(program, facts, effect)
 
     def rewrite(self, ctx, site, params):
         if ctx.gpu:
             raise Illegal("vector loops have no meaning inside a CUDA kernel")
+        if params.get("partials"):
+            return self._partials(ctx, site, params)
         nest = get_item(ctx.program, site.nest, site.path)
         k = dict(site.extra)["loop_index"]
         width = params.get("width")
@@ -653,7 +690,7 @@ class ReductionFactorization(Strategy):
 
     def parameters(self, ctx, site):
         lp = ctx.program.nests[site.nest].loops[dict(site.extra)["loop_index"]]
-        for f in divisors(lp.extent)[:MAX_FACTORS]:
+        for f in by_preference(divisors(lp.extent))[:MAX_FACTORS]:   # vector-width partials first
             yield {"factor": f}
 
     def rewrite(self, ctx, site, params):
