@@ -152,12 +152,17 @@ class LoopReorder(Strategy):
     def parameters(self, ctx, site):
         nest = get_item(ctx.program, site.nest, site.path)
         movable = self._movable(ctx, nest)
+        # One loop moved two or more places (a rotation of the loops between): a loop sunk to the
+        # innermost position (stride 1, vector lanes) comes first, then the pairwise swaps, then the
+        # other moves (a reduction axis hoisted above a tile's point loops, as register blocking needs).
+        last = movable[-1] if movable else 0
+        sinks = [(i, last) for i in movable if last - i >= 2]
         pairs = [(i, j) for n, i in enumerate(movable) for j in movable[n + 1:]]
+        moves = [(i, j) for i in movable for j in movable if abs(i - j) >= 2 and j != last]
+        for i, j in sinks:
+            yield {"move": nest.loops[i].var, "to": j}
         for i, j in pairs[:MAX_ORDERS]:
             yield {"swap": [nest.loops[i].var, nest.loops[j].var]}
-        # One loop moved two or more places (a rotation of the loops between): a reduction axis
-        # hoisted above a tile's point loops in one step, as register blocking needs.
-        moves = [(i, j) for i in movable for j in movable if abs(i - j) >= 2]
         for i, j in moves[:MAX_ORDERS]:
             yield {"move": nest.loops[i].var, "to": j}
 

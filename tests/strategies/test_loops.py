@@ -22,10 +22,10 @@ SCAN = "B^{2}_{tx=0}L^{6}_{a=0}[C^{f64,g}_{tx,a}=max(if_then_else(a-1<0,-inf,C^{
 
 def test_loop_reorder_golden_moves_free_loops_around_the_reduction_axis():
     assert_golden("loop_reorder", MM, [
+        "L^{8}_{a=0}L^{6}_{c=0}B^{4}_{tx=0}" + BODY,     # move tx to the inside (a rotation)
         "L^{8}_{a=0}B^{4}_{tx=0}L^{6}_{c=0}" + BODY,
         "L^{6}_{c=0}L^{8}_{a=0}B^{4}_{tx=0}" + BODY,
         "B^{4}_{tx=0}L^{6}_{c=0}L^{8}_{a=0}" + BODY,
-        "L^{8}_{a=0}L^{6}_{c=0}B^{4}_{tx=0}" + BODY,     # move tx to the inside (a rotation)
         "L^{6}_{c=0}B^{4}_{tx=0}L^{8}_{a=0}" + BODY,     # move c to the outside
     ], M_SIG)
 
