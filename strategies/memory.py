@@ -142,10 +142,15 @@ class CacheReadWrite(Strategy):
                 yield {"read": tensor, "depth": depth}
         if len(nest.body) == 1:
             yield {"write": nest.body[0].lhs.tensor}
+            # register blocking: a tile of accumulators below the first `depth` (spatial) loops
+            for depth in range(1, len(nest.loops) - 1):
+                yield {"write": nest.body[0].lhs.tensor, "depth": depth}
 
     def rewrite(self, ctx, site, params):
         if "read" in params:
             return cache_read(ctx, site.nest, params["read"], params["depth"])
+        if "depth" in params:
+            return cache_write_tile(ctx, site.nest, params["write"], int(params["depth"]))
         return cache_write(ctx, site.nest, params["write"])
 
 
@@ -233,6 +238,56 @@ def cache_write(ctx: Context, top: int, tensor: str) -> Rewrite:
              f"{k.tensor} is private to one iteration of the spatial loops (no enclosing loop is parallel)")
     effect = (f"Each element of {tensor} accumulates {iterations(inner)} terms in a register ({k.tensor}) and is "
               f"written to memory once instead of {iterations(inner)} times.")
+    return Rewrite(program, facts, effect)
+
+
+def cache_write_tile(ctx: Context, top: int, tensor: str, depth: int) -> Rewrite:
+    """Accumulate the tile of `tensor` that one iteration of the first `depth` loops writes in a local
+    array (register blocking): zero it, run the inner loops on it, store it once."""
+    nest = ctx.program.nests[top]
+    if len(nest.body) != 1 or not isinstance(nest.body[0], Stmt) or nest.body[0].lhs.tensor != tensor:
+        raise Illegal("the nest is not a single reduction")
+    stmt = nest.body[0]
+    order = next(s.order for s in ctx.sites if s.nest_index == top)
+    if order not in ctx.inits:
+        raise Illegal(f"{tensor} accumulates onto earlier values: caching would reassociate")
+    if any(a.tensor == tensor for a in _reads_without_self(stmt)):
+        raise Illegal(f"the reduction reads {tensor} elsewhere than as the accumulator")
+    merged = merged_subscript_vars(stmt, nest.loops)
+    if merged:
+        raise Illegal(f"several iterations of {merged[0]} accumulate into one element of {tensor}")
+    spatial = set(lhs_vars(stmt))
+    outer, inner = nest.loops[:depth], nest.loops[depth:]
+    if not 0 < depth < len(nest.loops) or any(lp.var not in spatial for lp in outer):
+        raise Illegal("the loops above the tile must all be spatial loops of the accumulator")
+    tile = [lp for lp in inner if lp.var in spatial]
+    if not tile or len(tile) == len(inner):
+        raise Illegal("the tile needs spatial loops and reduction loops below the cache level")
+    if any(lp.kind == "P" for lp in outer) or any(lp.kind in ("B", "P") for lp in inner):
+        raise Illegal("a parallel or bound loop would share the local tile")
+    for ix in stmt.lhs.indices:
+        if any(isinstance(a, Access) for a in accesses(ix)):
+            raise Illegal(f"{tensor} is written through a gather")
+    x = stmt.lhs
+    k = Access(fresh_tensors(ctx.program, ctx.signature).fresh(), x.dtype, "l", tuple(Var(lp.var) for lp in tile))
+    point = tuple(Loop("V" if lp.kind == "V" else "L", lp.extent, lp.var, lp.start) for lp in tile)
+    init = Nest(point, (Stmt(k, literal(ctx.inits[order])),))
+    update = Nest(inner, (map_stmt(stmt, lambda n: k if n == x else n),))
+    store = Nest(point, (Stmt(x, k),))
+    new = Nest(outer, (init, update, store))
+    program = Program(ctx.program.nests[:top] + (new,) + ctx.program.nests[top + 1:])
+    size = iterations(point)
+    reduce_loops = tuple(lp for lp in inner if lp.var not in spatial)
+    facts = (f"{tensor} starts from the identity of {reduction_op(stmt)!r} (implicit initialisation), so a local "
+             f"tile started from {format_expr(literal(ctx.inits[order]))} and stored once holds the same values, "
+             "each element updated in the same order",
+             f"{', '.join(lp.var for lp in outer)} are spatial loops of {tensor}; below them {', '.join(lp.var for lp in tile)} "
+             f"select distinct elements of the tile",
+             f"no loop above or inside the tile is parallel or bound, so one copy of {k.tensor} serves every iteration")
+    effect = (f"For each iteration of {', '.join(lp.var for lp in outer)}, a {'x'.join(str(lp.extent) for lp in tile)} "
+              f"tile of {tensor} ({size} accumulators) stays in local {k.tensor} through the "
+              f"{iterations(reduce_loops)} steps of {', '.join(lp.var for lp in reduce_loops)} and is written to "
+              "memory once: register blocking.")
     return Rewrite(program, facts, effect)
 
 
