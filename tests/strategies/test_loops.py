@@ -263,3 +263,20 @@ def test_loop_vectorization_partials_verify():
 
     for t in get("loop_vectorization").transformations(ctx(SUM_EXP, SUM_SIG)):
         assert verify_pair(t.before, t.after, SUM_SIG).status in ("exact", "close"), t.after_text
+
+
+def test_new_loop_moves_verify_exactly():
+    """A loop moved several places, a long loop split and vectorised, a bound loop made parallel."""
+    pytest.importorskip("tvm")
+    from gpu_tasks.verify import verify_pair
+
+    s = sig(("A", [8, 16], "float32", "input"), ("C", [16, 128], "float32", "input"), ("D", [8, 128], "float32", "output"))
+    mm = "B^{8}_{tx=0}L^{16}_{c=0}L^{128}_{a=0}[D^{f32,g}_{tx,a}=D^{f32,g}_{tx,a}+A^{f32,g}_{tx,c}*C^{f32,g}_{c,a};];"
+    c = ctx(mm, s)
+    chosen = [next(t for t in get("loop_reorder").transformations(c) if "move" in t.params),
+              next(t for t in get("loop_vectorization").transformations(c) if t.params == {"width": 16}),
+              next(t for t in get("loop_parallelization").transformations(c) if t.after.nests[0].loops[0].kind == "P")]
+    assert [t.after_text[:2] for t in chosen] == ["L^", "B^", "P^"]
+    for t in chosen:
+        assert t.exactness == "exact"
+        assert verify_pair(t.before, t.after, s).status == "exact", t.after_text
