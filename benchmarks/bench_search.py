@@ -88,7 +88,11 @@ def main() -> int:
     ap.add_argument("--relax", action="store_true", help="also the Relax reference (slow)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", default="", help="append each program's row as a JSON line to this file")
+    ap.add_argument("--table", default="", help="only print the markdown table of the rows in this --out file")
     args = ap.parse_args()
+    if args.table:
+        print(table_from_rows(args.table, args.drivers))
+        return 0
 
     from flows.search import torch_eager_us
     from gpu_tasks.metaschedule import tensorir_reference
@@ -163,19 +167,30 @@ def eager_one_thread_us(module, inputs, min_run_time: float = 0.5) -> float:
 
 
 def markdown_table(rows: list[dict], drivers: list[str]) -> str:
-    """One line per program: the same-session times (naive, best search state, MetaSchedule) and the
-    searches' own best times per driver, PyTorch eager, and the ratios (> 1: the search is faster)."""
+    """The README's table: per driver the best state's time in its own session (speedup), then the
+    same-session times (best state, MetaSchedule), PyTorch eager on one thread and on every core, and
+    the ratios (> 1: the search is faster)."""
     head = ("| program | naive µs | " + " | ".join(f"{d} µs" for d in drivers)
-            + " | best (session) µs | MetaSchedule µs | PyTorch eager µs | MS / best | eager / best |")
+            + " | MetaSchedule-64 µs | search best, same session µs | PyTorch eager µs (1 thread / all cores)"
+            " | MS / best | eager / best |")
     lines = [head, "|" + " --- |" * (head.count("|") - 1)]
     for r in rows:
-        per = " | ".join(f"{r['drivers'][d]['best_us']:.1f}" if r["drivers"].get(d, {}).get("best_us") else "-"
-                         for d in drivers)
+        per = " | ".join(f"{r['drivers'][d]['best_us']:.1f} ({r['drivers'][d]['speedup']:.0f}x)"
+                         if r["drivers"].get(d, {}).get("best_us") else "-" for d in drivers)
+        own = min((v["best_us"] for v in r["drivers"].values() if v.get("best_us")), default=None)
         best = r["session_best_us"] or r["session_naive_us"]
-        lines.append(f"| {r['program']} | {r['session_naive_us']:.1f} | {per} | {best:.1f} | {r['metaschedule_us']:.1f} "
-                     f"| {r['torch_eager_us']:.1f} | {r['metaschedule_over_best_search']:.2f} "
-                     f"| {r['eager_over_best_search']:.2f} |")
+        eager = r["torch_eager_us"]
+        lines.append(f"| {r['program']} | {r['session_naive_us']:.0f} | {per} | {r['metaschedule_us']:.1f} "
+                     f"| {best:.1f} | {r['torch_eager_1t_us']:.1f} / {r['torch_eager_all_us']:.1f} "
+                     f"| {r['metaschedule_over_best_search']:.2f} | {eager / best:.2f}"
+                     + (f" (own session {eager / own:.2f}) |" if own else " |"))
     return "\n".join(lines)
+
+
+def table_from_rows(path: str, drivers: list[str]) -> str:
+    """The markdown table of rows a run appended with --out (one JSON line per program)."""
+    with open(path) as f:
+        return markdown_table([json.loads(line) for line in f if line.strip()], drivers)
 
 
 def print_row(row: dict, trials: int) -> None:

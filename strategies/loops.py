@@ -8,11 +8,10 @@ accumulator element is updated, so reordering, splitting and tiling are bitwise 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from itertools import product
 
 from leir.analysis import lhs_vars, reduction_op
-from dataclasses import replace
-
 from leir.ast import BinOp, Call, Loop, Nest, Num, Program, Stmt, Var, map_stmt, walk_expr
 from leir.names import BIND_PREFIXES, bind_name
 from strategies.base import Context, Illegal, Rewrite, Site, Strategy
@@ -175,7 +174,8 @@ class LoopReorder(Strategy):
             if not 0 <= j < len(loops) or abs(i - j) < 2:
                 raise Illegal("a move goes two or more places inside the band (one place is a swap)")
             loops.insert(j, loops.pop(i))
-            moved = [params["move"]] + [lp.var for lp in nest.loops[min(i, j):max(i, j) + 1] if lp.var != params["move"]]
+            between = nest.loops[min(i, j):max(i, j) + 1]
+            moved = [params["move"]] + [lp.var for lp in between if lp.var != params["move"]]
         else:
             i, j = (names.index(v) for v in params["swap"])
             loops[i], loops[j] = loops[j], loops[i]

@@ -281,8 +281,8 @@ def cache_write_tile(ctx: Context, top: int, tensor: str, depth: int) -> Rewrite
     facts = (f"{tensor} starts from the identity of {reduction_op(stmt)!r} (implicit initialisation), so a local "
              f"tile started from {format_expr(literal(ctx.inits[order]))} and stored once holds the same values, "
              "each element updated in the same order",
-             f"{', '.join(lp.var for lp in outer)} are spatial loops of {tensor}; below them {', '.join(lp.var for lp in tile)} "
-             f"select distinct elements of the tile",
+             f"{', '.join(lp.var for lp in outer)} are spatial loops of {tensor}; below them "
+             f"{', '.join(lp.var for lp in tile)} select distinct elements of the tile",
              f"no loop above or inside the tile is parallel or bound, so one copy of {k.tensor} serves every iteration")
     effect = (f"For each iteration of {', '.join(lp.var for lp in outer)}, a {'x'.join(str(lp.extent) for lp in tile)} "
               f"tile of {tensor} ({size} accumulators) stays in local {k.tensor} through the "
