@@ -1,20 +1,22 @@
-"""Search drivers against TVM's MetaSchedule on medium-sized programs (issues 8, 13).
+"""Search drivers against TVM's MetaSchedule and PyTorch eager (issues 8, 13, 14).
 
-For each program (a PyTorch module translated to LEIR): the library policy's search with each
-driver (speedup = naive time / best state time, both measured in the same session by our timing
-protocol), then two MetaSchedule references with the same trials budget and PyTorch eager:
+For each program (a PyTorch module translated to LEIR; issue 14's set by default: matmul 128^3 and
+256^3, conv2d 1x64x56x56 -> 64 3x3, layernorm 64x768, softmax 64x512, one attention block): the
+library policy ranked by the learned cost model (`search.cost_model`; `--no-model`: the policy's own
+order) with each driver and `--budget` verified states per search (speedup = naive time / best
+state time, both measured in the same session by our timing protocol), then:
 
-- TensorIR (the reference): the TensorIR form of the original LEIR program tuned with `tune_tir`
-  (`gpu_tasks/metaschedule.py`), checked against the program, and timed in one session with the
-  naive program and the search's best state (the same function, the same protocol);
-- Relax (the second figure): TVM's own path from the PyTorch module (`gpu_tasks/metaschedule_relax.py`),
-  each tuned fused kernel timed alone.
+- MetaSchedule on the TensorIR (the reference): the TensorIR form of the original LEIR program tuned
+  with `tune_tir` and `--trials` trials (`gpu_tasks/metaschedule.py`), checked against the program,
+  and timed in one session with the naive program and the searches' best state (the same function,
+  the same protocol);
+- PyTorch eager on the module (torch.utils.benchmark, every core);
+- `--relax`: TVM's own path from the PyTorch module through Relax (second figure, slow).
 
-Baseline named: MetaSchedule's tuned TensorIR with `--trials` trials. The ratio printed is its time
-over our best state's time in the same session (> 1: the search beat MetaSchedule). There is no goal:
-the published paper reports search reaching a share of the tuned limit, and this prints where we
-stand. Slow: with the defaults, each MetaSchedule path takes about a minute per program on 2 idle
-cores (measured 53-74 s at 64 trials; ten times that on a loaded machine), plus the searches.
+Baselines named: MetaSchedule's tuned TensorIR (ratio MS / best > 1: the search beat it) and PyTorch
+eager (ratio eager / best; the issue's goal is >= 0.5 on matmul and softmax). The last lines are a
+markdown table (the one in the README). Slow: each MetaSchedule run takes one to a few minutes per
+program on 2 cores, each search of 64 states 20-60 s (conv2d several minutes: its naive time is large).
 """
 from __future__ import annotations
 
@@ -50,75 +52,153 @@ class LinearRelu(torch.nn.Module):
         return torch.relu(self.fc(x))
 
 
+class Attention(torch.nn.Module):
+    """One attention block: softmax(Q K^T / sqrt(d)) V, one head."""
+
+    def forward(self, q, k, v):
+        return torch.softmax(q @ k.transpose(0, 1) / 8.0, dim=-1) @ v
+
+
 def programs() -> dict[str, tuple[torch.nn.Module, list[torch.Tensor]]]:
     g = torch.Generator().manual_seed(0)
     torch.manual_seed(0)
-    return {"matmul_128": (Matmul(), [torch.randn(128, 128, generator=g), torch.randn(128, 128, generator=g)]),
-            "softmax_64x512": (Softmax(), [torch.randn(64, 512, generator=g)]),
-            "linear_relu_64x128x64": (LinearRelu().eval(), [torch.randn(64, 128, generator=g)])}
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g)
+    return {"matmul_128": (Matmul(), [randn(128, 128), randn(128, 128)]),
+            "matmul_256": (Matmul(), [randn(256, 256), randn(256, 256)]),
+            "conv2d_64x56": (torch.nn.Conv2d(64, 64, 3, padding=1, bias=False).eval(), [randn(1, 64, 56, 56)]),
+            "layernorm_64x768": (torch.nn.LayerNorm(768).eval(), [randn(64, 768)]),
+            "softmax_64x512": (Softmax(), [randn(64, 512)]),
+            "attention_128x64": (Attention(), [randn(128, 64), randn(128, 64), randn(128, 64)]),
+            "linear_relu_64x128x64": (LinearRelu().eval(), [randn(64, 128)])}
+
+
+ISSUE_14 = ["matmul_128", "matmul_256", "conv2d_64x56", "layernorm_64x768", "softmax_64x512", "attention_128x64"]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--programs", nargs="*", default=["matmul_128", "softmax_64x512"],
-                    help=f"some of {', '.join(programs())}")
+    ap.add_argument("--programs", nargs="*", default=ISSUE_14, help=f"some of {', '.join(programs())}")
     ap.add_argument("--drivers", nargs="*", default=["greedy", "beam", "mcts"])
-    ap.add_argument("--budget", type=int, default=16, help="states verified per search")
+    ap.add_argument("--budget", type=int, default=64, help="states verified per search")
+    ap.add_argument("--depth", type=int, default=8, help="longest trajectory")
     ap.add_argument("--trials", type=int, default=64, help="MetaSchedule trials per program (each path)")
-    ap.add_argument("--no-relax", action="store_true", help="skip the Relax reference")
+    ap.add_argument("--no-model", action="store_true", help="the library policy's own order (no cost model)")
+    ap.add_argument("--relax", action="store_true", help="also the Relax reference (slow)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--out", default="", help="append each program's row as a JSON line to this file")
+    ap.add_argument("--table", default="", help="only print the markdown table of the rows in this --out file")
     args = ap.parse_args()
+    if args.table:
+        print(table_from_rows(args.table, args.drivers))
+        return 0
 
     from flows.search import torch_eager_us
     from gpu_tasks.metaschedule import tensorir_reference
-    from gpu_tasks.metaschedule_relax import metaschedule_times
     from leir.frontend import translate
     from search.drivers import Budget, DriverConfig
     from search.runner import Pools, run_search
 
+    options = {"ranked": not args.no_model, "per_strategy": 40, "per_site": 8}
+    config = DriverConfig(depth=args.depth, branching=4, width=2, iterations=args.budget * 2)
     rows = []
     with Pools() as pools:
         for name in args.programs:
             module, inputs = programs()[name]
             tr = translate(module, inputs)
-            row = {"program": name, "drivers": {}}
+            row = {"program": name, "drivers": {}, "budget": args.budget, "trials": args.trials,
+                   "policy": "library+model" if options["ranked"] else "library"}
             best_leir, best_speedup = None, 0.0
             for driver in args.drivers:
                 t0 = time.perf_counter()
-                r = run_search(tr.program, tr.signature, driver, "library", Budget(args.budget, 900.0), 0,
-                               config=DriverConfig(iterations=args.budget * 2), pools=pools, as_result=True)
+                r = run_search(tr.program, tr.signature, driver, "library", Budget(args.budget, 3600.0), 0,
+                               config=config, pools=pools, as_result=True, policy_options=dict(options))
                 row["drivers"][driver] = {"speedup": round(r.best.speedup, 3), "naive_us": r.best.root_us,
-                                          "best_us": r.best.root_us / r.best.speedup,
-                                          "strategies": r.strategies(), "wall_s": round(time.perf_counter() - t0, 1)}
+                                          "best_us": r.best.root_us / r.best.speedup if r.best.root_us else None,
+                                          "states": r.states_verified, "strategies": r.strategies(),
+                                          "wall_s": round(time.perf_counter() - t0, 1)}
                 if r.best.speedup > best_speedup:
                     best_leir, best_speedup = r.best.text, r.best.speedup
-            row["naive_us"] = statistics.median(d["naive_us"] for d in row["drivers"].values())
-            row["best_search_us"] = min(d["best_us"] for d in row["drivers"].values())
-            row["torch_eager_us"] = torch_eager_us(module, inputs)
+            timed = [d for d in row["drivers"].values() if d["naive_us"]]
+            row["naive_us"] = statistics.median(d["naive_us"] for d in timed) if timed else None
+            row["best_search_us"] = min(d["best_us"] for d in timed) if timed else None
+            row["best_leir"] = best_leir
+            # every core (the usual figure) and one thread: on a loaded 2-core machine the threaded
+            # figure can be far slower (the workers wait for a core); the faster one is the reference
+            row["torch_eager_all_us"] = torch_eager_us(module, inputs)
+            row["torch_eager_1t_us"] = eager_one_thread_us(module, inputs)
+            row["torch_eager_us"] = min(row["torch_eager_all_us"], row["torch_eager_1t_us"])
             t0 = time.perf_counter()
-            row.update(tensorir_reference(tr.program, tr.signature, args.trials, best=best_leir))
+            row.update(tensorir_reference(tr.program, tr.signature, args.trials,
+                                          best=best_leir if best_speedup > 1.0 else None))
             row["metaschedule_wall_s"] = round(time.perf_counter() - t0, 1)
             best_now = row["session_best_us"] or row["session_naive_us"]
             row["metaschedule_over_best_search"] = row["metaschedule_us"] / best_now
             row["metaschedule_over_naive"] = row["metaschedule_us"] / row["session_naive_us"]
-            if not args.no_relax:
+            row["eager_over_best_search"] = row["torch_eager_us"] / best_now
+            if args.relax:
+                from gpu_tasks.metaschedule_relax import metaschedule_times
+
                 t0 = time.perf_counter()
                 relax = metaschedule_times(module, inputs, args.trials)
                 row.update(metaschedule_relax_us=relax["metaschedule_us"],
                            metaschedule_relax_vm_us=relax["metaschedule_vm_us"],
                            metaschedule_relax_wall_s=round(time.perf_counter() - t0, 1))
             rows.append(row)
+            if args.out:
+                with open(args.out, "a") as f:
+                    f.write(json.dumps(row, default=str) + "\n")
             if not args.json:
                 print_row(row, args.trials)
     if args.json:
         print(json.dumps(rows, indent=1, default=str))
+    else:
+        print(markdown_table(rows, args.drivers))
     return 0
+
+
+def eager_one_thread_us(module, inputs, min_run_time: float = 0.5) -> float:
+    from torch.utils import benchmark
+
+    with torch.no_grad():
+        timer = benchmark.Timer(stmt="m(*x)", globals={"m": module, "x": inputs}, num_threads=1)
+        return float(timer.blocked_autorange(min_run_time=min_run_time).median * 1e6)
+
+
+def markdown_table(rows: list[dict], drivers: list[str]) -> str:
+    """The README's table: per driver the best state's time in its own session (speedup), then the
+    same-session times (best state, MetaSchedule), PyTorch eager on one thread and on every core, and
+    the ratios (> 1: the search is faster)."""
+    head = ("| program | naive µs | " + " | ".join(f"{d} µs" for d in drivers)
+            + " | MetaSchedule-64 µs | search best, same session µs | PyTorch eager µs (1 thread / all cores)"
+            " | MS / best | eager / best |")
+    lines = [head, "|" + " --- |" * (head.count("|") - 1)]
+    for r in rows:
+        per = " | ".join(f"{r['drivers'][d]['best_us']:.1f} ({r['drivers'][d]['speedup']:.0f}x)"
+                         if r["drivers"].get(d, {}).get("best_us") else "-" for d in drivers)
+        own = min((v["best_us"] for v in r["drivers"].values() if v.get("best_us")), default=None)
+        best = r["session_best_us"] or r["session_naive_us"]
+        eager = r["torch_eager_us"]
+        lines.append(f"| {r['program']} | {r['session_naive_us']:.0f} | {per} | {r['metaschedule_us']:.1f} "
+                     f"| {best:.1f} | {r['torch_eager_1t_us']:.1f} / {r['torch_eager_all_us']:.1f} "
+                     f"| {r['metaschedule_over_best_search']:.2f} | {eager / best:.2f}"
+                     + (f" (own session {eager / own:.2f}) |" if own else " |"))
+    return "\n".join(lines)
+
+
+def table_from_rows(path: str, drivers: list[str]) -> str:
+    """The markdown table of rows a run appended with --out (one JSON line per program)."""
+    with open(path) as f:
+        return markdown_table([json.loads(line) for line in f if line.strip()], drivers)
 
 
 def print_row(row: dict, trials: int) -> None:
     speedups = ", ".join(f"{d} {v['speedup']:.2f}x" for d, v in row["drivers"].items())
-    print(f"{row['program']}: search speedup over naive: {speedups}; naive {row['naive_us']:.1f} us, "
+    print(f"{row['program']}: search speedup over naive ({row['policy']}, {row['budget']} states each): {speedups}; "
           f"best {row['best_search_us']:.1f} us; PyTorch eager {row['torch_eager_us']:.1f} us", flush=True)
+    for d, v in row["drivers"].items():
+        print(f"  {d}: {' -> '.join(v['strategies'])} ({v['states']} states, {v['wall_s']:.0f} s)", flush=True)
     best = row["session_best_us"] if row["session_best_us"] is not None else row["session_naive_us"]
     print(f"  MetaSchedule on the TensorIR ({trials} trials, {row['metaschedule_tuning_s']:.0f} s tuning, "
           f"{row['metaschedule_wall_s']:.0f} s in all): {row['metaschedule_us']:.1f} us; same session: naive "

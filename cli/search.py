@@ -59,6 +59,9 @@ def search_command(
         base_url: Annotated[str | None, typer.Option(help="llm: endpoint base URL (else the env).")] = None,
         model: Annotated[str | None, typer.Option(help="llm: model name (else the env).")] = None,
         proposals: Annotated[int, typer.Option(min=1, help="llm: proposals asked per state.")] = 3,
+        cost_model: Annotated[bool, typer.Option(
+            "--cost-model/--no-cost-model",
+            help="Rank the policy's proposals with the cost model learned from this search's measurements.")] = True,
         as_json: Annotated[bool, typer.Option("--json", help="Print the result as one JSON object.")] = False):
     """Search for a faster equivalent of FILE: every state verified against the original and timed
     against it in the same session (speedup = original time / state time)."""
@@ -80,6 +83,7 @@ def search_command(
             options = {"config": LlmConfig.from_env(base_url, model), "proposals": proposals}
         except ValueError as e:
             fail(str(e))
+    options["ranked"] = cost_model
     from search.runner import SearchSettings, run_search
 
     config = DriverConfig(depth=depth, branching=branching, width=width, ucb_c=ucb, iterations=iterations)

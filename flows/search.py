@@ -49,7 +49,7 @@ DEFAULTS = {"drivers": ["chain", "greedy", "beam", "bfs", "dfs", "mcts"], "polic
             "budget": 12,
             "wall_s": 300, "depth": 4, "branching": 4, "width": 2, "ucb_c": 1.4, "iterations": 24,
             "families": "all", "programs_per_family": 1, "seed": 0, "repeats": 5, "min_repeat_ms": 20,
-            "reference_programs": 2, "metaschedule_trials": 32, "metaschedule_relax": True}
+            "reference_programs": 2, "metaschedule_trials": 32, "metaschedule_relax": True, "cost_model": True}
 
 
 def search_params(params: Params) -> dict:
@@ -94,7 +94,8 @@ def search_programs(programs: list[dict], cfg: dict, target: str) -> dict:
             for driver in cfg["drivers"]:
                 budget = Budget(int(cfg["budget"]), float(cfg["wall_s"]))
                 result = run_search(p["leir"], sig, driver, cfg["policy"], budget, int(cfg["seed"]), config=config,
-                                    settings=settings, pools=pools, as_result=True)
+                                    settings=settings, pools=pools, as_result=True,
+                                    policy_options={"ranked": bool(cfg["cost_model"])})
                 rows, row = trajectory_rows(result, p["program_id"], sig)
                 trajectories.append(row)
                 steps.update((r["step_id"], r) for r in rows)

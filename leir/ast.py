@@ -15,7 +15,13 @@ LOOP_KIND_NAMES = {"L": "serial", "P": "parallel", "V": "vectorized", "U": "unro
 SCOPES = ("g", "s", "l")
 ARITH_OPS = ("+", "-", "*", "/", "//", "%", "**")
 REL_OPS = ("<", "<=", ">", ">=", "==", "!=")
-UNARY_FNS = ("exp", "log", "sqrt", "abs", "erf")
+# `fast_exp` is an *extension* of this project, not part of the published Step-TP format: exp
+# computed by range reduction and a polynomial (leir/lower/expr.py) that LLVM vectorises, where exp
+# is a scalar `expf` call per element. It equals exp only within float32 rounding (relative error
+# about 2e-7), never bitwise: a step that introduces it is `reassociating` (verified `close`), and
+# data in the published format never contains it.
+UNARY_FNS = ("exp", "log", "sqrt", "abs", "erf", "fast_exp")
+EXTENSION_FNS = ("fast_exp",)
 BINARY_FNS = ("max", "min")
 
 
@@ -66,7 +72,7 @@ class Neg:
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """`exp/log/sqrt/abs/erf(x)`, `max/min(x, y)`."""
+    """`exp/log/sqrt/abs/erf/fast_exp(x)`, `max/min(x, y)` (`fast_exp`: an extension, see UNARY_FNS)."""
 
     fn: str
     args: tuple[Expr, ...]

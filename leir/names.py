@@ -12,7 +12,7 @@ TENSOR_FIRST = "ACDEFGHIJKMNOQRSWXYZ"
 TENSOR_REST = "acdefghijkmnoqrswxyz"
 INDEX_LETTERS = "acdfghijklmnopqrsuw"
 # Words that lex as keywords, never allocated as loop indices.
-KEYWORDS = frozenset({"exp", "log", "sqrt", "abs", "erf", "max", "min", "inf", "if_then_else"})
+KEYWORDS = frozenset({"exp", "log", "sqrt", "abs", "erf", "fast_exp", "max", "min", "inf", "if_then_else"})
 BIND_PREFIXES = ("tx", "ty", "tz", "bx", "by", "bz")
 
 

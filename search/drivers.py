@@ -109,6 +109,9 @@ class Policy:
     def actions(self, ctx: Context, node: Node, want: int) -> Iterator[Action]:
         raise NotImplementedError
 
+    def observe(self, node: Node) -> None:
+        """Told about every evaluated state (a learned ranking trains on the measured ones)."""
+
 
 @dataclass
 class SearchResult:
@@ -234,6 +237,9 @@ class Search:
                 node.root_us, node.state_us = float(timed[0]), float(timed[1])
                 node.spread = float(timed[2]) if len(timed) > 2 and timed[2] is not None else None
                 node.speedup = node.root_us / node.state_us if node.state_us > 0 else math.inf
+        observe = getattr(self.policy, "observe", None)
+        if observe is not None:
+            observe(node)
         return node
 
     # --- results ------------------------------------------------------------------------------

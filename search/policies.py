@@ -56,9 +56,13 @@ def prior(t: Transformation) -> float:
         score -= 1.5 * depth                     # outer spatial loops first
     elif t.strategy == "cache_read_write" and "write" in t.params:
         score += 2.0                             # an accumulator kept in a register
-    elif t.strategy in ("loop_split", "loop_tiling") and t.params:
+    elif t.strategy in ("loop_split", "loop_tiling", "reduction_factorization") and t.params:
         factor = t.params.get("factor") or max(t.params.get("factors", [1]))
         score += 0.5 if factor in (4, 8, 16) else 0.0   # vector-width friendly
+        if t.strategy == "reduction_factorization" and factor in (8, 16, 32):
+            score += 1.5                         # partial results a vector loop can compute
+    elif t.strategy == "loop_vectorization" and t.params.get("exp") == "fast":
+        score += 1.5                             # exp as vector code instead of scalar expf calls
     elif t.strategy == "loop_reorder" and _stride_one_innermost(t):
         score += 5.0                             # the innermost loop now walks memory contiguously
     return score
@@ -229,7 +233,18 @@ class LlmPolicy(Policy):
 
 def make_policy(name: str, seed: int = 0, **options) -> Policy:
     """`library` / `random` (options: per_strategy, per_site) or `llm` (options: config or
-    base_url/model/api_key, proposals, parse)."""
+    base_url/model/api_key, proposals, parse). `ranked=True` (any policy) puts the learned cost model
+    (`search.cost_model`) in front: the policy proposes, the model orders the proposals."""
+    ranked = bool(options.pop("ranked", False))
+    policy = _base_policy(name, seed, options)
+    if ranked:
+        from search.cost_model import CostModel, RankedPolicy
+
+        return RankedPolicy(policy, CostModel(seed=seed))
+    return policy
+
+
+def _base_policy(name: str, seed: int, options: dict) -> Policy:
     if name == "library":
         return LibraryPolicy(**options)
     if name == "random":

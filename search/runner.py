@@ -109,7 +109,8 @@ def run_search(program: Program | str, signature: Signature | Mapping | str, dri
         return result
     out = result.to_json()
     if policy == "llm":
-        out["rejections"] = list(getattr(pol, "rejections", []))
-        out["llm_errors"] = list(getattr(pol, "errors", []))
+        base = getattr(pol, "inner", pol)  # the llm policy itself when the cost model ranks it
+        out["rejections"] = list(getattr(base, "rejections", []))
+        out["llm_errors"] = list(getattr(base, "errors", []))
     return out
 

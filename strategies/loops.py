@@ -8,10 +8,11 @@ accumulator element is updated, so reordering, splitting and tiling are bitwise 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from itertools import product
 
 from leir.analysis import lhs_vars, reduction_op
-from leir.ast import BinOp, Loop, Nest, Num, Program, Stmt, Var, map_stmt
+from leir.ast import BinOp, Call, Loop, Nest, Num, Program, Stmt, Var, map_stmt, walk_expr
 from leir.names import BIND_PREFIXES, bind_name
 from strategies.base import Context, Illegal, Rewrite, Site, Strategy
 from strategies.legality import (
@@ -75,6 +76,20 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(2, n) if n % d == 0]
 
 
+# Factors tried first: SIMD widths of float32 (AVX-512, two registers, AVX2) and cache-sized blocks;
+# the enumeration caps (MAX_FACTORS, MAX_TILES) keep the best-placed variants, not the smallest ones.
+PREFERRED_FACTORS = (16, 32, 8, 4, 64, 2)
+
+
+def by_preference(factors: list[int]) -> list[int]:
+    """`factors` in PREFERRED_FACTORS order, the others after them, ascending."""
+    return sorted(factors, key=lambda f: (PREFERRED_FACTORS.index(f) if f in PREFERRED_FACTORS else 99, f))
+
+
+def _factor_rank(f: int) -> int:
+    return PREFERRED_FACTORS.index(f) if f in PREFERRED_FACTORS else len(PREFERRED_FACTORS) + f
+
+
 def substitute_in_nest(nest: Nest, mapping: dict) -> Nest:
     return map_nest_stmts(nest, lambda s: map_stmt(s, lambda n: mapping.get(n.name, n)
                                                    if isinstance(n, Var) else n))
@@ -136,28 +151,50 @@ class LoopReorder(Strategy):
     def parameters(self, ctx, site):
         nest = get_item(ctx.program, site.nest, site.path)
         movable = self._movable(ctx, nest)
+        # One loop moved two or more places (a rotation of the loops between): a loop sunk to the
+        # innermost position (stride 1, vector lanes) comes first, then the pairwise swaps, then the
+        # other moves (a reduction axis hoisted above a tile's point loops, as register blocking needs).
+        last = movable[-1] if movable else 0
+        sinks = [(i, last) for i in movable if last - i >= 2]
         pairs = [(i, j) for n, i in enumerate(movable) for j in movable[n + 1:]]
+        moves = [(i, j) for i in movable for j in movable if abs(i - j) >= 2 and j != last]
+        for i, j in sinks:
+            yield {"move": nest.loops[i].var, "to": j}
         for i, j in pairs[:MAX_ORDERS]:
             yield {"swap": [nest.loops[i].var, nest.loops[j].var]}
+        for i, j in moves[:MAX_ORDERS]:
+            yield {"move": nest.loops[i].var, "to": j}
 
     def rewrite(self, ctx, site, params):
         nest = get_item(ctx.program, site.nest, site.path)
         names = [lp.var for lp in nest.loops]
-        i, j = (names.index(v) for v in params["swap"])
         loops = list(nest.loops)
-        loops[i], loops[j] = loops[j], loops[i]
+        if "move" in params:
+            i, j = names.index(params["move"]), int(params["to"])
+            if not 0 <= j < len(loops) or abs(i - j) < 2:
+                raise Illegal("a move goes two or more places inside the band (one place is a swap)")
+            loops.insert(j, loops.pop(i))
+            between = nest.loops[min(i, j):max(i, j) + 1]
+            moved = [params["move"]] + [lp.var for lp in between if lp.var != params["move"]]
+        else:
+            i, j = (names.index(v) for v in params["swap"])
+            loops[i], loops[j] = loops[j], loops[i]
+            moved = list(params["swap"])
         new_order = [lp.var for lp in loops]
+        if ctx.gpu and [lp.var for lp in loops if lp.kind == "B"] != [lp.var for lp in nest.loops if lp.kind == "B"]:
+            raise Illegal("thread-bound loops stay where they are on CUDA")
         carry = band_carries(ctx.program, site.nest, site.path, nest)
         if not keeps_relative_order(names, new_order, carry):
-            raise Illegal(f"{', '.join(params['swap'])} both carry dependences (e.g. two reduction axes); "
-                          "swapping them would change the order of the updates")
+            raise Illegal(f"{', '.join(moved)} include two loops that carry dependences (e.g. two reduction "
+                          "axes); exchanging them would change the order of the updates")
         if any(lp.kind == "V" for lp in loops[:-1]):
             raise Illegal("the vectorized loop must stay innermost")
         new = Nest(tuple(loops), nest.body)
         a, b = nest.loops[i], nest.loops[j]
-        effect = (f"Swapping {a.var} (extent {a.extent}) and {b.var} (extent {b.extent}) changes the "
-                  f"traversal from {nest_text_loops(nest)} to {nest_text_loops(new)}, which changes which "
-                  "subscripts vary fastest (stride-1 access and reuse in the innermost loop).")
+        how = (f"Moving {a.var} (extent {a.extent}) to position {j + 1}" if "move" in params else
+               f"Swapping {a.var} (extent {a.extent}) and {b.var} (extent {b.extent})")
+        effect = (f"{how} changes the traversal from {nest_text_loops(nest)} to {nest_text_loops(new)}, which "
+                  "changes which subscripts vary fastest (stride-1 access and reuse in the innermost loop).")
         return Rewrite(replace_item(ctx.program, site.nest, site.path, (new,)),
                        reorder_facts(carry, names, new_order), effect)
 
@@ -177,7 +214,7 @@ class LoopSplit(Strategy):
     def parameters(self, ctx, site):
         nest = get_item(ctx.program, site.nest, site.path)
         k = dict(site.extra)["loop_index"]
-        for f in divisors(nest.loops[k].extent)[:MAX_FACTORS]:
+        for f in by_preference(divisors(nest.loops[k].extent))[:MAX_FACTORS]:
             yield {"factor": f}
 
     def rewrite(self, ctx, site, params):
@@ -214,7 +251,8 @@ class LoopTiling(Strategy):
         nest = get_item(ctx.program, site.nest, site.path)
         k = dict(site.extra)["loop_index"]
         pairs = list(product(divisors(nest.loops[k].extent), divisors(nest.loops[k + 1].extent)))
-        for fa, fb in pairs[:MAX_TILES]:
+        order = sorted(range(len(pairs)), key=lambda i: (_factor_rank(pairs[i][0]) + _factor_rank(pairs[i][1]), i))
+        for fa, fb in [pairs[i] for i in order][:MAX_TILES]:
             yield {"factors": [fa, fb]}
 
     def rewrite(self, ctx, site, params):
@@ -374,12 +412,18 @@ def _body_iterations(nest: Nest) -> int:
     return iterations(nest.loops) * max([1] + inner)
 
 
+VECTOR_WIDTHS = (16, 8, 32)   # lanes of a split-off vector loop: float32 in AVX-512, AVX2, two registers
+FAST_EXP_DTYPES = ("f32", "f16", "bf16")  # where fast_exp's float32 error (~2e-7) is within the tolerance
+
+
 @register
 class LoopVectorization(Strategy):
     name = "loop_vectorization"
     level = "operator"
     exactness = "exact"
-    description = "Vectorize the innermost spatial loop of a nest on the CPU (V)."
+    description = ("Vectorize the innermost spatial loop of a nest on the CPU (V); a long loop is split first "
+                   "(`width`), and `exp` below it may become the vectorisable `fast_exp` (`exp: fast`, "
+                   "a reassociating variant: close, never bitwise equal).")
 
     def sites(self, ctx):
         if ctx.gpu:
@@ -387,16 +431,83 @@ class LoopVectorization(Strategy):
         for top, path, k, nest, _ in loop_positions(ctx):
             innermost = k == len(nest.loops) - 1 and all(isinstance(i, Stmt) for i in nest.body)
             lp = nest.loops[k]
-            if innermost and lp.kind == "L" and 2 <= lp.extent <= MAX_VECTOR:
+            if innermost and lp.kind == "L" and lp.extent >= 2 and (
+                    lp.extent <= MAX_VECTOR or any(lp.extent % w == 0 for w in VECTOR_WIDTHS)):
                 yield Site(top, path, loops=(lp.var,), extra=(("loop_index", k),))
+
+    def parameters(self, ctx, site):
+        nest = get_item(ctx.program, site.nest, site.path)
+        lp = nest.loops[dict(site.extra)["loop_index"]]
+        has_exp = any(isinstance(n, Call) and n.fn == "exp" for s in body_statements(nest)
+                      for n in walk_expr(s[0].rhs))
+        widths = [{}] if lp.extent <= MAX_VECTOR else []
+        widths += [{"width": w} for w in VECTOR_WIDTHS if lp.extent % w == 0 and w < lp.extent]
+        if not site.path and len(nest.body) == 1 and isinstance(nest.body[0], Stmt) \
+                and reduction_op(nest.body[0]) is not None and lp.var not in lhs_vars(nest.body[0]):
+            # a reduction axis: the lanes keep `width` partial results, combined after the loop
+            widths = [{"width": w["width"], "partials": True} for w in widths if "width" in w]
+        for w in widths:
+            yield w
+            if has_exp:
+                yield {**w, "exp": "fast"}
+
+    def apply(self, ctx, site, params):
+        t = super().apply(ctx, site, params)
+        if t is not None and (params.get("exp") == "fast" or params.get("partials")):
+            # fast_exp is close to exp, never bitwise equal; partial sums reassociate the reduction
+            t = replace(t, exactness="reassociating")
+        return t
+
+    def _partials(self, ctx, site, params) -> Rewrite:
+        """Vectorise a reduction axis: rfactor by `width` (the partial results per lane in a new
+        tensor, then a short combining nest), the partial nest's lane loop marked V."""
+        nest = ctx.program.nests[site.nest]
+        k = dict(site.extra)["loop_index"]
+        if site.path or k != len(nest.loops) - 1:
+            raise Illegal("only the innermost loop of a top-level reduction nest is vectorised with partials")
+        order = next(s.order for s in ctx.sites if s.nest_index == site.nest)
+        stmt = nest.body[0]
+        rf_site = Site(site.nest, loops=(nest.loops[k].var,), stmts=(order,), tensors=(stmt.lhs.tensor,),
+                       extra=(("loop_index", k),))
+        rf = ReductionFactorization().rewrite(ctx, rf_site, {"factor": params["width"]})
+        partial = rf.program.nests[site.nest]
+        lane = partial.loops[-1]
+        stmts = body_statements(partial)
+        reason = loop_carries_dependence(stmts, lane.var)
+        if reason:
+            raise Illegal(reason)
+        new = with_loop(partial, len(partial.loops) - 1, Loop("V", lane.extent, lane.var, lane.start))
+        facts = rf.facts + (f"the lanes of {lane.var} accumulate into distinct partial results, so the "
+                            "partial nest's innermost loop carries no dependence",)
+        effect = (f"The reduction over {lane.var} keeps {lane.extent} partial results, one per SIMD lane, "
+                  f"updated as vector code, then combined in a short nest of {lane.extent} terms per element.")
+        if params.get("exp") == "fast":
+            new, more, why = fast_exp_below(new, stmts)
+            facts += more
+            effect += why
+        program = Program(rf.program.nests[:site.nest] + (new,) + rf.program.nests[site.nest + 1:])
+        return Rewrite(program, facts, effect)
 
     def rewrite(self, ctx, site, params):
         if ctx.gpu:
             raise Illegal("vector loops have no meaning inside a CUDA kernel")
+        if params.get("partials"):
+            return self._partials(ctx, site, params)
         nest = get_item(ctx.program, site.nest, site.path)
         k = dict(site.extra)["loop_index"]
+        width = params.get("width")
+        if width is not None:
+            lp = nest.loops[k]
+            if lp.extent % width or not 1 < width < lp.extent:
+                raise Illegal(f"{width} does not properly divide the extent {lp.extent}")
+            outer_var = fresh_indices(ctx.program).fresh()
+            nest = split_loop(nest, k, width, outer_var)
+            k += 1
         lp = nest.loops[k]
-        stmts = _under(ctx, site.nest, site.path, nest, k)
+        if lp.extent > MAX_VECTOR:
+            raise Illegal(f"{lp.extent} lanes are more than {MAX_VECTOR}: split the loop first")
+        probe = replace_item(ctx.program, site.nest, site.path, (nest,))
+        stmts = _under(ctx.with_program(probe), site.nest, site.path, nest, k)
         reason = loop_carries_dependence(stmts, lp.var)
         if reason:
             raise Illegal(reason)
@@ -408,9 +519,45 @@ class LoopVectorization(Strategy):
         facts = (f"{lp.var} is the innermost loop and a spatial axis of every statement below it",
                  f"the extent {lp.extent} is small (at most {MAX_VECTOR}) and the target is the CPU",
                  f"no statement reads an element that another iteration of {lp.var} writes")
+        if width is not None:
+            facts = (f"{width} divides the extent {width * nest.loops[k - 1].extent}, so the split loop "
+                     f"{nest.loops[k - 1].var}*{width}+{lp.var} enumerates every iteration once, in order",) + facts
         stride = f"; {', '.join(unit)} is written with stride 1" if unit else ""
         effect = f"The {lp.extent} iterations of {lp.var} run as SIMD lanes{stride}."
+        if params.get("exp") == "fast":
+            new, more, why = fast_exp_below(new, stmts)
+            facts += more
+            effect += why
         return Rewrite(replace_item(ctx.program, site.nest, site.path, (new,)), facts, effect)
+
+
+def fast_exp_below(nest: Nest, stmts) -> tuple[Nest, tuple[str, ...], str]:
+    """Every `exp` of the nest's statements as `fast_exp`; Illegal where a close result is not enough."""
+    for stmt, _ in stmts:
+        calls = [n for n in walk_expr(stmt.rhs) if isinstance(n, Call) and n.fn == "exp"]
+        if not calls:
+            continue
+        if stmt.lhs.dtype not in FAST_EXP_DTYPES:
+            raise Illegal(f"{stmt.lhs.tensor} is {stmt.lhs.dtype}: fast_exp carries float32's error (about 2e-7 "
+                          "relative), beyond what this result is held to (an exact or float64 result)")
+        if any(isinstance(c, Call) and c.fn == "exp" for cond in _conditions(stmt.rhs) for c in walk_expr(cond)):
+            raise Illegal("an exp decides a condition: a close value could flip the branch")
+    if not any(isinstance(n, Call) and n.fn == "exp" for stmt, _ in stmts for n in walk_expr(stmt.rhs)):
+        raise Illegal("no exp below the loop")
+    swapped = map_nest_stmts(nest, lambda s: map_stmt(s, lambda n: Call("fast_exp", n.args)
+                                                      if isinstance(n, Call) and n.fn == "exp" else n))
+    facts = ("every exp below the vector loop computes a float32 (or narrower) result, where fast_exp's relative "
+             "error of about 2e-7 stays inside the dtype's tolerance; no exp decides a condition",
+             "fast_exp rounds differently from exp: the step is reassociating (verified close, not exact)")
+    why = (" Each exp becomes fast_exp (range reduction and a polynomial in plain arithmetic), so the lanes "
+           "compute it as vector code instead of one scalar expf call per element.")
+    return swapped, facts, why
+
+
+def _conditions(expr):
+    from leir.ast import Select
+
+    return [n.cond for n in walk_expr(expr) if isinstance(n, Select)]
 
 
 @register
@@ -421,14 +568,25 @@ class LoopParallelization(Strategy):
     description = "Mark a serial loop whose iterations are independent as parallel (P)."
 
     def sites(self, ctx):
+        # On the CPU a bound (B) loop is a serial loop: it can become parallel too (with an index name).
+        kinds = ("L",) if ctx.gpu else ("L", "B")
         for top, path, k, nest, _outer in loop_positions(ctx):
-            if nest.loops[k].kind == "L":
+            if nest.loops[k].kind in kinds:
                 yield Site(top, path, loops=(nest.loops[k].var,), extra=(("loop_index", k),))
 
     def rewrite(self, ctx, site, params):
         nest = get_item(ctx.program, site.nest, site.path)
         k = dict(site.extra)["loop_index"]
         loop = nest.loops[k]
+        if loop.kind == "B":
+            if ctx.gpu:
+                raise Illegal("a thread-bound loop is already parallel on the GPU")
+            renamed = fresh_indices(ctx.program).fresh()   # P loops take index names, not binding names
+            body = substitute_in_nest(Nest(nest.loops[k + 1:], nest.body), {loop.var: Var(renamed)})
+            nest = Nest(nest.loops[:k] + (Loop("L", loop.extent, renamed, loop.start),) + body.loops, body.body)
+            probe = replace_item(ctx.program, site.nest, site.path, (nest,))
+            ctx = ctx.with_program(probe)
+            loop = nest.loops[k]
         outer = enclosing_loops(ctx.program, site.nest, site.path) + nest.loops[:k]
         if any(lp.kind == "P" for lp in outer) or _has_inner_parallel(Nest(nest.loops[k + 1:], nest.body)):
             raise Illegal("an enclosing or enclosed loop is already parallel")
@@ -537,7 +695,7 @@ class ReductionFactorization(Strategy):
 
     def parameters(self, ctx, site):
         lp = ctx.program.nests[site.nest].loops[dict(site.extra)["loop_index"]]
-        for f in divisors(lp.extent)[:MAX_FACTORS]:
+        for f in by_preference(divisors(lp.extent))[:MAX_FACTORS]:   # vector-width partials first
             yield {"factor": f}
 
     def rewrite(self, ctx, site, params):

@@ -110,7 +110,7 @@ def _erf(x):
     return np.vectorize(erf, otypes=[float])(x)
 
 
-_UNARY = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "abs": np.abs, "erf": _erf}
+_UNARY = {"exp": np.exp, "fast_exp": np.exp, "log": np.log, "sqrt": np.sqrt, "abs": np.abs, "erf": _erf}
 
 
 def _leaves(ranges: dict[str, Interval]):

@@ -142,10 +142,15 @@ class CacheReadWrite(Strategy):
                 yield {"read": tensor, "depth": depth}
         if len(nest.body) == 1:
             yield {"write": nest.body[0].lhs.tensor}
+            # register blocking: a tile of accumulators below the first `depth` (spatial) loops
+            for depth in range(1, len(nest.loops) - 1):
+                yield {"write": nest.body[0].lhs.tensor, "depth": depth}
 
     def rewrite(self, ctx, site, params):
         if "read" in params:
             return cache_read(ctx, site.nest, params["read"], params["depth"])
+        if "depth" in params:
+            return cache_write_tile(ctx, site.nest, params["write"], int(params["depth"]))
         return cache_write(ctx, site.nest, params["write"])
 
 
@@ -236,6 +241,56 @@ def cache_write(ctx: Context, top: int, tensor: str) -> Rewrite:
     return Rewrite(program, facts, effect)
 
 
+def cache_write_tile(ctx: Context, top: int, tensor: str, depth: int) -> Rewrite:
+    """Accumulate the tile of `tensor` that one iteration of the first `depth` loops writes in a local
+    array (register blocking): zero it, run the inner loops on it, store it once."""
+    nest = ctx.program.nests[top]
+    if len(nest.body) != 1 or not isinstance(nest.body[0], Stmt) or nest.body[0].lhs.tensor != tensor:
+        raise Illegal("the nest is not a single reduction")
+    stmt = nest.body[0]
+    order = next(s.order for s in ctx.sites if s.nest_index == top)
+    if order not in ctx.inits:
+        raise Illegal(f"{tensor} accumulates onto earlier values: caching would reassociate")
+    if any(a.tensor == tensor for a in _reads_without_self(stmt)):
+        raise Illegal(f"the reduction reads {tensor} elsewhere than as the accumulator")
+    merged = merged_subscript_vars(stmt, nest.loops)
+    if merged:
+        raise Illegal(f"several iterations of {merged[0]} accumulate into one element of {tensor}")
+    spatial = set(lhs_vars(stmt))
+    outer, inner = nest.loops[:depth], nest.loops[depth:]
+    if not 0 < depth < len(nest.loops) or any(lp.var not in spatial for lp in outer):
+        raise Illegal("the loops above the tile must all be spatial loops of the accumulator")
+    tile = [lp for lp in inner if lp.var in spatial]
+    if not tile or len(tile) == len(inner):
+        raise Illegal("the tile needs spatial loops and reduction loops below the cache level")
+    if any(lp.kind == "P" for lp in outer) or any(lp.kind in ("B", "P") for lp in inner):
+        raise Illegal("a parallel or bound loop would share the local tile")
+    for ix in stmt.lhs.indices:
+        if any(isinstance(a, Access) for a in accesses(ix)):
+            raise Illegal(f"{tensor} is written through a gather")
+    x = stmt.lhs
+    k = Access(fresh_tensors(ctx.program, ctx.signature).fresh(), x.dtype, "l", tuple(Var(lp.var) for lp in tile))
+    point = tuple(Loop("V" if lp.kind == "V" else "L", lp.extent, lp.var, lp.start) for lp in tile)
+    init = Nest(point, (Stmt(k, literal(ctx.inits[order])),))
+    update = Nest(inner, (map_stmt(stmt, lambda n: k if n == x else n),))
+    store = Nest(point, (Stmt(x, k),))
+    new = Nest(outer, (init, update, store))
+    program = Program(ctx.program.nests[:top] + (new,) + ctx.program.nests[top + 1:])
+    size = iterations(point)
+    reduce_loops = tuple(lp for lp in inner if lp.var not in spatial)
+    facts = (f"{tensor} starts from the identity of {reduction_op(stmt)!r} (implicit initialisation), so a local "
+             f"tile started from {format_expr(literal(ctx.inits[order]))} and stored once holds the same values, "
+             "each element updated in the same order",
+             f"{', '.join(lp.var for lp in outer)} are spatial loops of {tensor}; below them "
+             f"{', '.join(lp.var for lp in tile)} select distinct elements of the tile",
+             f"no loop above or inside the tile is parallel or bound, so one copy of {k.tensor} serves every iteration")
+    effect = (f"For each iteration of {', '.join(lp.var for lp in outer)}, a {'x'.join(str(lp.extent) for lp in tile)} "
+              f"tile of {tensor} ({size} accumulators) stays in local {k.tensor} through the "
+              f"{iterations(reduce_loops)} steps of {', '.join(lp.var for lp in reduce_loops)} and is written to "
+              "memory once: register blocking.")
+    return Rewrite(program, facts, effect)
+
+
 # --- layout_transformation / set_storage_layout ------------------------------------------------------
 
 def layout_sites(ctx: Context):
@@ -244,27 +299,57 @@ def layout_sites(ctx: Context):
             yield Site(tensor_accesses(ctx, name)[0][1].nest_index, tensors=(name,))
 
 
+PACK_FACTORS = (4, 8, 16, 32)  # inner block widths of a packed copy (SIMD widths of float32/float64)
+
+
+def copy_sites(ctx: Context):
+    """Known inputs of rank >= 2 that the program reads and never writes, and reads more often than
+    it has elements (a copy is paid once per element, so only reuse can pay for it): a re-laid copy
+    can replace every read."""
+    for name, info in ctx.tensors.items():
+        if info.role != "input" or info.shape is None or len(info.shape) < 2:
+            continue
+        uses = tensor_accesses(ctx, name)
+        if not uses or any(s.stmt.lhs.tensor == name for _, s in uses):
+            continue
+        if sum(iterations(s.loops) for _, s in uses) > iterations(tuple(Loop("L", n, "_") for n in info.shape)):
+            yield Site(uses[0][1].nest_index, tensors=(name,), extra=(("copy", True),))
+
+
 @register
 class LayoutTransformation(Strategy):
     name = "layout_transformation"
     level = "memory"
     exactness = "exact"
-    description = "Permute the dimensions of an intermediate (a transposed storage layout)."
+    description = ("Permute the dimensions of an intermediate (a transposed storage layout), or re-lay a known "
+                   "input into a new intermediate (a transposed or packed copy) that every later read uses.")
 
     def sites(self, ctx):
         yield from layout_sites(ctx)
+        yield from copy_sites(ctx)
 
     def parameters(self, ctx, site):
-        rank = len(ctx.tensors[site.tensors[0]].shape)
+        shape = ctx.tensors[site.tensors[0]].shape
+        rank = len(shape)
         perms = [list(p) for p in permutations(range(rank)) if list(p) != list(range(rank))]
+        if not dict(site.extra).get("copy"):
+            for p in perms[:MAX_PERMUTATIONS]:
+                yield {"order": p}
+            return
+        for dim in reversed(range(rank)):            # the contiguous (last) dimension first
+            for f in PACK_FACTORS:
+                if shape[dim] % f == 0 and f < shape[dim]:
+                    yield {"copy": "packed", "dim": dim, "factor": f}
         for p in perms[:MAX_PERMUTATIONS]:
-            yield {"order": p}
+            yield {"copy": "transposed", "order": p}
 
     def rewrite(self, ctx, site, params):
+        if "copy" in params:
+            return relaid_copy(ctx, site.tensors[0], params)
         tensor, order = site.tensors[0], params["order"]
         info = ctx.tensors[tensor]
         if info.known:
-            raise Illegal(f"{tensor} is a known tensor: its layout is fixed by the signature")
+            raise Illegal(f"{tensor} is a known tensor: its layout is fixed by the signature (re-lay a copy)")
         if sorted(order) != list(range(len(info.shape))):
             raise Illegal("not a permutation of the dimensions")
         program = retag(ctx.program, tensor,
@@ -277,6 +362,97 @@ class LayoutTransformation(Strategy):
         effect = (f"{tensor} is stored as {shape} instead of {list(info.shape)}: dimension {order[-1] + 1} "
                   f"({format_expr(last)}) becomes the contiguous one, which changes which loop walks it with stride 1.")
         return Rewrite(program, facts, effect)
+
+
+# --- layout_transformation of a known input: a re-laid copy ------------------------------------------
+
+def _split_index(ix, factor: int, bounds: dict[str, tuple[int, int]]):
+    """(ix // factor, ix % factor) as subscripts; `o*factor+v` with v in [0, factor) gives (o, v)."""
+    if isinstance(ix, BinOp) and ix.op == "+" and isinstance(ix.rhs, Var) \
+            and bounds.get(ix.rhs.name) == (0, factor - 1) \
+            and isinstance(ix.lhs, BinOp) and ix.lhs.op == "*" and ix.lhs.rhs == Num(factor):
+        return ix.lhs.lhs, ix.rhs
+    if isinstance(ix, Var) and bounds.get(ix.name) == (0, factor - 1):
+        return Num(0), ix
+    return BinOp("//", ix, Num(factor)), BinOp("%", ix, Num(factor))
+
+
+def _map_reads_with_bounds(program: Program, tensor: str, fn) -> Program:
+    """Every access of `tensor` rebuilt by `fn(access, loop bounds at that statement)`."""
+    def visit(nest: Nest, outer: tuple) -> Nest:
+        loops = outer + nest.loops
+        bounds = {lp.var: (lp.start, lp.start + lp.extent - 1) for lp in loops}
+
+        def swap(n):
+            return fn(n, bounds) if isinstance(n, Access) and n.tensor == tensor else n
+        body = tuple(map_stmt(i, swap) if isinstance(i, Stmt) else visit(i, loops) for i in nest.body)
+        return Nest(nest.loops, body)
+    return Program(tuple(visit(n, ()) for n in program.nests))
+
+
+def relaid_copy(ctx: Context, tensor: str, params: dict) -> Rewrite:
+    """`Y = X` in another layout, inserted before the first nest that reads the known input X; every
+    read of X then reads the same element of Y (the packing step of a fast GEMM)."""
+    info = ctx.tensors[tensor]
+    if info.role != "input" or info.shape is None or len(info.shape) < 2:
+        raise Illegal(f"{tensor} is not a known input of rank 2 or more")
+    uses = tensor_accesses(ctx, tensor)
+    if not uses:
+        raise Illegal(f"the program never reads {tensor}")
+    if any(s.stmt.lhs.tensor == tensor for _, s in uses):
+        raise Illegal(f"{tensor} is written by the program: a copy made once would miss the writes")
+    shape, rank = list(info.shape), len(info.shape)
+    names = fresh_indices(ctx.program)
+    y = fresh_tensors(ctx.program, ctx.signature).fresh()
+    if params["copy"] == "transposed":
+        order = list(params["order"])
+        if sorted(order) != list(range(rank)) or order == list(range(rank)):
+            raise Illegal("not a permutation of the dimensions")
+        new_shape = [shape[d] for d in order]
+        idx = [names.fresh() for _ in order]
+        source = [None] * rank
+        for k, d in enumerate(order):
+            source[d] = Var(idx[k])
+
+        def read(a: Access, bounds) -> Access:
+            return Access(y, a.dtype, "g", tuple(a.indices[d] for d in order))
+        layout = f"transposed to dimension order {order}"
+    elif params["copy"] == "packed":
+        dim, f = int(params["dim"]), int(params["factor"])
+        if not 0 <= dim < rank or f <= 1 or shape[dim] % f or f >= shape[dim]:
+            raise Illegal(f"{f} does not properly divide dimension {dim + 1} ({shape[dim]}) of {tensor}")
+        rest = [d for d in range(rank) if d != dim]
+        new_shape = [shape[dim] // f] + [shape[d] for d in rest] + [f]
+        idx = [names.fresh() for _ in new_shape]
+        source = [None] * rank
+        source[dim] = BinOp("+", BinOp("*", Var(idx[0]), Num(f)), Var(idx[-1]))
+        for k, d in enumerate(rest):
+            source[d] = Var(idx[k + 1])
+
+        def read(a: Access, bounds) -> Access:
+            q, r = _split_index(a.indices[dim], f, bounds)
+            return Access(y, a.dtype, "g", (q,) + tuple(a.indices[d] for d in rest) + (r,))
+        layout = (f"packed: dimension {dim + 1} split into {shape[dim] // f} blocks of {f}, the block index "
+                  f"outermost and the {f} elements of a block contiguous")
+    else:
+        raise Illegal(f"unknown copy layout {params['copy']!r}")
+    dtype = uses[0][0].dtype
+    copy = Nest(tuple(Loop("L", n, v) for n, v in zip(new_shape, idx, strict=True)),
+                (Stmt(Access(y, dtype, "g", tuple(Var(v) for v in idx)), Access(tensor, dtype, "g", tuple(source))),))
+    program = _map_reads_with_bounds(ctx.program, tensor, read)
+    first = uses[0][1].nest_index
+    program = Program(program.nests[:first] + (copy,) + program.nests[first:])
+    size = iterations(copy.loops)
+    facts = (f"{tensor} is a known input that the program reads and never writes, so a copy made before its "
+             f"first read (nest {first + 1}) holds the value every later read sees",
+             f"{y} is a fresh intermediate of shape {new_shape}; the copy nest writes each of its {size} elements "
+             f"exactly once from one element of {tensor}",
+             f"every read of {tensor} (all {len(uses)} of them) reads the element of {y} the copy took from that "
+             f"element of {tensor}, so each value is unchanged")
+    effect = (f"{tensor} ({list(shape)}) is re-laid once into {y}, {layout}. The {size}-element copy is paid once, "
+              f"and the loops that read it can now walk memory with stride 1 (or a SIMD block at a time) "
+              f"where {tensor}'s own layout made them jump.")
+    return Rewrite(program, facts, effect)
 
 
 @register

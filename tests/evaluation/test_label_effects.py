@@ -16,7 +16,7 @@ from leir.signature import Signature
 from tests.gpu_tasks.conftest import MATMUL, MATMUL_SIG
 
 STMT = "[D^{f32,g}_{tx,a}=D^{f32,g}_{tx,a}+A^{f32,g}_{tx,c}*C^{f32,g}_{c,a};];"
-# loop_reorder: a 3-cycle of the loops (the library swaps two at a time)
+# loop_reorder: a 3-cycle of the loops (the library also moves one loop several places: its own spelling)
 CYCLED = "L^{6}_{a=0}L^{64}_{c=0}B^{8}_{tx=0}" + STMT
 # loop_split of c by 8, the index written inner-first (the library writes outer*factor+inner)
 SPLIT = ("B^{8}_{tx=0}L^{6}_{a=0}L^{8}_{d=0}L^{8}_{c=0}"
@@ -101,8 +101,13 @@ def _score(original: str, signature: Signature, answers: list[tuple[str, str]]):
 
 
 def test_harness_accepts_other_spellings_by_effect_and_keeps_the_exact_check_apart():
-    rows = _score(MATMUL, MATMUL_SIG, [(CYCLED, "loop_reorder"), (SPLIT, "loop_split"), (TILED, "loop_tiling"),
-                                       (CYCLED, "loop_tiling")])
+    # two swaps at once on the tiled nest (tx<->f, g<->h): no single library step spells it this way
+    double = ("L^{2}_{f=0}B^{2}_{tx=0}L^{3}_{h=0}L^{4}_{g=0}L^{64}_{c=0}"
+              "[D^{f32,g}_{g+tx*4,h+f*3}=D^{f32,g}_{g+tx*4,h+f*3}+A^{f32,g}_{g+tx*4,c}*C^{f32,g}_{c,h+f*3};];")
+    rows = (_score(TILED, MATMUL_SIG, [(double, "loop_reorder")])
+            + _score(MATMUL, MATMUL_SIG, [(SPLIT, "loop_split"), (TILED, "loop_tiling"), (CYCLED, "loop_tiling")]))
+    [cycled] = _score(MATMUL, MATMUL_SIG, [(CYCLED, "loop_reorder")])
+    assert cycled.checks["strategy_label_exact_pass"]           # one library move (tx innermost)
     for row in rows[:3]:
         assert row.status == "exact", row
         assert row.checks["strategy_label_pass"] and not row.checks["strategy_label_exact_pass"], row

@@ -62,7 +62,7 @@ def corrupt(kind):
     elif kind == "family in two splits":
         samples.loc[3, "split"] = "train" if samples.loc[3, "split"] == "test" else "test"
     elif kind == "answer does not match the step":
-        samples.loc[1, "answer"] = samples.loc[1, "answer"].replace("P^{5}", "L^{5}")
+        samples.loc[1, "answer"] = samples.loc[1, "answer"].replace("P^{", "L^{")  # the parallel loop undone
     elif kind == "answer does not parse":
         samples.loc[1, "answer"] = "no think block"
     elif kind == "a producible strategy is missing":

@@ -157,3 +157,14 @@ def test_num_rejects_negative_and_nan():
         Num(float("nan"))
     with pytest.raises(TypeError):
         Num(True)
+
+
+def test_fast_exp_extension_parses_with_both_parsers_and_prints_back():
+    """`fast_exp` (our extension, leir/ast.py) is a keyword: never an index name, same tree either way."""
+    text = "B^{2}_{tx=0}V^{8}_{a=0}[C^{f32,g}_{tx,a}=fast_exp(A^{f32,g}_{tx,a}-1)+exp(A^{f32,g}_{tx,a});];"
+    tree = parse_program(text)
+    assert parse_with_spec(text) == tree
+    assert format_program(tree) == text
+    assert parse_expr("fast_exp(a)") == Call("fast_exp", (Var("a"),))
+    with pytest.raises(LeirSyntaxError):
+        parse_program("B^{2}_{tx=0}[C^{f32,g}_{tx}=fast_exp;];")

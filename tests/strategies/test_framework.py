@@ -80,13 +80,18 @@ def test_cot_answer_has_the_published_format_and_quotes_the_transition():
 
 def test_loop_parallelization_golden():
     assert_golden("loop_parallelization", MATMUL,
-                  ["B^{4}_{tx=0}P^{5}_{a=0}L^{6}_{c=0}[D^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}+A^{f64,g}_{tx,c}*C^{f64,g}_{c,a};];"],
+                  ["P^{4}_{d=0}L^{5}_{a=0}L^{6}_{c=0}[D^{f64,g}_{d,a}=D^{f64,g}_{d,a}+A^{f64,g}_{d,c}*C^{f64,g}_{c,a};];",
+                   "B^{4}_{tx=0}P^{5}_{a=0}L^{6}_{c=0}[D^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}+A^{f64,g}_{tx,c}*C^{f64,g}_{c,a};];"],
                   MATMUL_SIG)
 
 
 def test_loop_parallelization_refuses_reductions_scans_and_nested_parallelism():
     scan_sig = sig(("A", [2, 5], "float64", "input"), ("C", [2, 5], "float64", "output"))
     scan = "B^{2}_{tx=0}L^{5}_{a=0}[C^{f64,g}_{tx,a}=max(if_then_else(a-1<0,-inf,C^{f64,g}_{tx,a-1}),A^{f64,g}_{tx,a});];"
-    assert_golden("loop_parallelization", scan, [], scan_sig)  # a carries the scan
+    # a carries the scan; the rows (tx, serial on the CPU) are independent
+    assert_golden("loop_parallelization", scan, [
+        "P^{2}_{c=0}L^{5}_{a=0}[C^{f64,g}_{c,a}=max(if_then_else(a-1<0,-inf,C^{f64,g}_{c,a-1}),A^{f64,g}_{c,a});];"],
+        scan_sig)
+    assert_golden("loop_parallelization", scan, [], scan_sig, "cuda")
     nested = MATMUL.replace("L^{5}_{a=0}", "P^{5}_{a=0}")
     assert_golden("loop_parallelization", nested, [], MATMUL_SIG)  # c is a reduction axis; a already P

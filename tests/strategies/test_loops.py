@@ -22,10 +22,34 @@ SCAN = "B^{2}_{tx=0}L^{6}_{a=0}[C^{f64,g}_{tx,a}=max(if_then_else(a-1<0,-inf,C^{
 
 def test_loop_reorder_golden_moves_free_loops_around_the_reduction_axis():
     assert_golden("loop_reorder", MM, [
+        "L^{8}_{a=0}L^{6}_{c=0}B^{4}_{tx=0}" + BODY,     # move tx to the inside (a rotation)
         "L^{8}_{a=0}B^{4}_{tx=0}L^{6}_{c=0}" + BODY,
         "L^{6}_{c=0}L^{8}_{a=0}B^{4}_{tx=0}" + BODY,
         "B^{4}_{tx=0}L^{6}_{c=0}L^{8}_{a=0}" + BODY,
+        "L^{6}_{c=0}B^{4}_{tx=0}L^{8}_{a=0}" + BODY,     # move c to the outside
     ], M_SIG)
+
+
+def test_loop_reorder_move_hoists_the_reduction_above_a_tiles_point_loops():
+    tiled = ("L^{2}_{g=0}L^{2}_{h=0}B^{2}_{tx=0}L^{4}_{a=0}L^{6}_{c=0}"
+             "[D^{f64,g}_{g*2+tx,h*4+a}=D^{f64,g}_{g*2+tx,h*4+a}+A^{f64,g}_{g*2+tx,c}*C^{f64,g}_{c,h*4+a};];")
+    st, c = get("loop_reorder"), ctx(tiled, M_SIG)
+    site = next(iter(st.sites(c)))
+    t = st.apply(c, site, {"move": "c", "to": 2})
+    assert t.after_text == tiled.replace("B^{2}_{tx=0}L^{4}_{a=0}L^{6}_{c=0}", "L^{6}_{c=0}B^{2}_{tx=0}L^{4}_{a=0}")
+    assert {"move": "c", "to": 2} in list(st.parameters(c, site))
+    with pytest.raises(Illegal):
+        st.rewrite(c, site, {"move": "c", "to": 3})    # one place is a swap, not a move
+
+
+def test_loop_reorder_move_keeps_the_order_of_two_reduction_axes():
+    st, c = get("loop_reorder"), ctx(TWO_RED, CONV_SIG)
+    site = next(iter(st.sites(c)))
+    with pytest.raises(Illegal, match="carry dependences"):
+        st.rewrite(c, site, {"move": "h", "to": 1})    # h before g: the updates' order would change
+    got = results("loop_reorder", TWO_RED, CONV_SIG)
+    assert any("L^{2}_{g=0}L^{3}_{h=0}L^{4}_{a=0}" in r for r in got)   # a moved inside both: legal
+    assert all(r.index("_{g=0}") < r.index("_{h=0}") for r in got)     # g stays outside h everywhere
 
 
 def test_loop_reorder_keeps_bound_loops_in_place_on_cuda():
@@ -112,8 +136,15 @@ def test_loop_binding_only_on_cuda_and_only_independent_loops():
 
 
 def test_loop_parallelization_golden_and_refusals():
-    assert_golden("loop_parallelization", MM, ["B^{4}_{tx=0}P^{8}_{a=0}L^{6}_{c=0}" + BODY], M_SIG)
-    assert results("loop_parallelization", SCAN, SCAN_SIG) == []
+    assert_golden("loop_parallelization", MM, [
+        # on the CPU a bound loop is serial: it becomes a parallel loop with an index name
+        "P^{4}_{d=0}L^{8}_{a=0}L^{6}_{c=0}" + BODY.replace("tx", "d"),
+        "B^{4}_{tx=0}P^{8}_{a=0}L^{6}_{c=0}" + BODY], M_SIG)
+    assert results("loop_parallelization", MM, M_SIG, "cuda") == ["B^{4}_{tx=0}P^{8}_{a=0}L^{6}_{c=0}" + BODY]
+    # the rows of the scan are independent; its loop a carries the scan and is never parallel
+    assert results("loop_parallelization", SCAN, SCAN_SIG) == [
+        "P^{2}_{c=0}L^{6}_{a=0}[C^{f64,g}_{c,a}=max(if_then_else(a-1<0,-inf,C^{f64,g}_{c,a-1}),A^{f64,g}_{c,a});];"]
+    assert results("loop_parallelization", SCAN, SCAN_SIG, "cuda") == []
 
 
 def test_reduction_factorization_golden():
@@ -142,3 +173,110 @@ def test_reduction_factorization_refuses_a_subscript_that_merges_iterations():
     site = Site(0, loops=("c",), stmts=(0,), tensors=("F",), extra=(("loop_index", 2),))
     with pytest.raises(Illegal, match="a appears in F's subscript but several of its iterations accumulate"):
         s.rewrite(ctx(GROUP_SUM, GROUP_SIG), site, {"factor": 2})
+
+
+S2_F32 = sig(("A", [4, 64], "float32", "input"), ("C", [4, 64], "float32", "output"))
+SOFT_F32 = ("B^{4}_{tx=0}L^{64}_{a=0}[D^{f32,g}_{tx}=max(D^{f32,g}_{tx},A^{f32,g}_{tx,a});];"
+            "B^{4}_{tx=0}L^{64}_{a=0}[C^{f32,g}_{tx,a}=exp(A^{f32,g}_{tx,a}-D^{f32,g}_{tx});];")
+
+
+def test_loop_vectorization_splits_a_long_innermost_loop_golden():
+    s = sig(("A", [2, 128], "float32", "input"), ("C", [2, 128], "float32", "output"))
+    before = "B^{2}_{tx=0}L^{128}_{a=0}[C^{f32,g}_{tx,a}=A^{f32,g}_{tx,a}*2;];"
+    assert_golden("loop_vectorization", before, [
+        f"B^{{2}}_{{tx=0}}L^{{{128 // w}}}_{{c=0}}V^{{{w}}}_{{a=0}}[C^{{f32,g}}_{{tx,c*{w}+a}}=A^{{f32,g}}_{{tx,c*{w}+a}}*2;];"
+        for w in (16, 8, 32)], s)
+
+
+def test_loop_vectorization_fast_exp_golden_and_reassociating():
+    fast = [t for t in get("loop_vectorization").transformations(ctx(SOFT_F32, S2_F32))
+            if t.params.get("exp") and not t.params.get("partials")]
+    assert [t.params for t in fast] == [{"exp": "fast"}, {"width": 16, "exp": "fast"}, {"width": 8, "exp": "fast"},
+                                        {"width": 32, "exp": "fast"}]
+    assert fast[0].after_text == SOFT_F32.replace("L^{64}_{a=0}[C", "V^{64}_{a=0}[C").replace("exp(", "fast_exp(")
+    assert fast[1].after_text == SOFT_F32.replace(
+        "L^{64}_{a=0}[C^{f32,g}_{tx,a}=exp(A^{f32,g}_{tx,a}",
+        "L^{4}_{c=0}V^{16}_{a=0}[C^{f32,g}_{tx,c*16+a}=fast_exp(A^{f32,g}_{tx,c*16+a}")
+    assert all(t.exactness == "reassociating" for t in fast)
+    plain = [t for t in get("loop_vectorization").transformations(ctx(SOFT_F32, S2_F32))
+             if not t.params.get("exp") and not t.params.get("partials")]
+    assert plain and all(t.exactness == "exact" and "fast_exp" not in t.after_text for t in plain)
+
+
+def test_fast_exp_is_refused_where_a_close_result_is_not_enough():
+    st = get("loop_vectorization")
+    f64 = SOFT_F32.replace("f32", "f64")
+    c = ctx(f64, sig(("A", [4, 64], "float64", "input"), ("C", [4, 64], "float64", "output")))
+    assert [t.params for t in st.transformations(c) if not t.params.get("partials")] == [
+        {}, {"width": 16}, {"width": 8}, {"width": 32}]
+    site = list(st.sites(c))[-1]    # the exp nest (the max nest's loop is a reduction axis)
+    with pytest.raises(Illegal, match="float64"):
+        st.rewrite(c, site, {"exp": "fast"})
+    select = ("B^{4}_{tx=0}L^{64}_{a=0}[C^{f32,g}_{tx,a}=if_then_else(exp(A^{f32,g}_{tx,a})>2,1.0,0.0);];")
+    assert not [t for t in st.transformations(ctx(select, S2_F32)) if t.params.get("exp")]  # exp decides a branch
+
+
+def test_fast_exp_verifies_close_never_exact():
+    pytest.importorskip("tvm")
+    from gpu_tasks.verify import verify_pair
+
+    fast = [t for t in get("loop_vectorization").transformations(ctx(SOFT_F32, S2_F32)) if t.params.get("exp")]
+    assert len(fast) == 4   # no partials with fast_exp here: the exp nest is no reduction
+    for t in fast[:2]:
+        assert verify_pair(t.before, t.after, S2_F32).status == "close", t.after_text
+    # the same substitution in float64 is a mismatch: why the strategy refuses it there
+    f64 = parse_program_text(SOFT_F32.replace("f32", "f64"))
+    fast64 = parse_program_text(fast[0].after_text.replace("f32", "f64"))
+    s64 = sig(("A", [4, 64], "float64", "input"), ("C", [4, 64], "float64", "output"))
+    assert verify_pair(f64, fast64, s64).status == "mismatch"
+
+
+def parse_program_text(text):
+    from leir import parse_program
+
+    return parse_program(text)
+
+
+SUM_EXP = "B^{4}_{tx=0}L^{64}_{a=0}[C^{f32,g}_{tx}=C^{f32,g}_{tx}+exp(A^{f32,g}_{tx,a});];"
+SUM_SIG = sig(("A", [4, 64], "float32", "input"), ("C", [4], "float32", "output"))
+
+
+def test_loop_vectorization_of_a_reduction_keeps_partials_per_lane_golden():
+    """A reduction axis is vectorised through partial results per lane (rfactor + V), then combined."""
+    ts = list(get("loop_vectorization").transformations(ctx(SUM_EXP, SUM_SIG)))
+    assert [t.params for t in ts] == [{"width": w, "partials": True, **e} for w in (16, 8, 32)
+                                      for e in ({}, {"exp": "fast"})]
+    assert ts[0].after_text == ("B^{4}_{tx=0}L^{4}_{c=0}V^{16}_{a=0}[D^{f32,g}_{tx,a}=D^{f32,g}_{tx,a}"
+                                "+exp(A^{f32,g}_{tx,c*16+a});];B^{4}_{tx=0}L^{16}_{a=0}[C^{f32,g}_{tx}="
+                                "C^{f32,g}_{tx}+D^{f32,g}_{tx,a};];")
+    assert ts[1].after_text == ts[0].after_text.replace("+exp(", "+fast_exp(")
+    assert all(t.exactness == "reassociating" for t in ts)
+    # float16 cannot hold a reassociated 64-term sum (the rfactor legality is reused)
+    f16 = SUM_EXP.replace("f32", "f16")
+    assert list(get("loop_vectorization").transformations(
+        ctx(f16, sig(("A", [4, 64], "float16", "input"), ("C", [4], "float16", "output"))))) == []
+
+
+def test_loop_vectorization_partials_verify():
+    pytest.importorskip("tvm")
+    from gpu_tasks.verify import verify_pair
+
+    for t in get("loop_vectorization").transformations(ctx(SUM_EXP, SUM_SIG)):
+        assert verify_pair(t.before, t.after, SUM_SIG).status in ("exact", "close"), t.after_text
+
+
+def test_new_loop_moves_verify_exactly():
+    """A loop moved several places, a long loop split and vectorised, a bound loop made parallel."""
+    pytest.importorskip("tvm")
+    from gpu_tasks.verify import verify_pair
+
+    s = sig(("A", [8, 16], "float32", "input"), ("C", [16, 128], "float32", "input"), ("D", [8, 128], "float32", "output"))
+    mm = "B^{8}_{tx=0}L^{16}_{c=0}L^{128}_{a=0}[D^{f32,g}_{tx,a}=D^{f32,g}_{tx,a}+A^{f32,g}_{tx,c}*C^{f32,g}_{c,a};];"
+    c = ctx(mm, s)
+    chosen = [next(t for t in get("loop_reorder").transformations(c) if "move" in t.params),
+              next(t for t in get("loop_vectorization").transformations(c) if t.params == {"width": 16}),
+              next(t for t in get("loop_parallelization").transformations(c) if t.after.nests[0].loops[0].kind == "P")]
+    assert [t.after_text[:2] for t in chosen] == ["L^", "B^", "P^"]
+    for t in chosen:
+        assert t.exactness == "exact"
+        assert verify_pair(t.before, t.after, s).status == "exact", t.after_text
