@@ -199,9 +199,11 @@ def cache_read(ctx: Context, top: int, tensor: str, depth: int) -> Rewrite:
     return Rewrite(program, facts, effect)
 
 
-def cache_write(ctx: Context, top: int, tensor: str) -> Rewrite:
+def _cacheable_reduction(ctx: Context, top: int, tensor: str) -> tuple[Nest, Stmt, int]:
+    """The nest, its one reduction statement into `tensor` and that statement's order, or Illegal
+    when a cache of `tensor`'s accumulator would change the result."""
     nest = ctx.program.nests[top]
-    if len(nest.body) != 1 or nest.body[0].lhs.tensor != tensor:
+    if len(nest.body) != 1 or not isinstance(nest.body[0], Stmt) or nest.body[0].lhs.tensor != tensor:
         raise Illegal("the nest is not a single reduction")
     stmt = nest.body[0]
     order = next(s.order for s in ctx.sites if s.nest_index == top)
@@ -213,6 +215,11 @@ def cache_write(ctx: Context, top: int, tensor: str) -> Rewrite:
     if merged:
         raise Illegal(f"{merged[0]} appears in {tensor}'s subscript but several of its iterations accumulate into "
                       "one element: a cache per iteration would lose the other iterations' terms")
+    return nest, stmt, order
+
+
+def cache_write(ctx: Context, top: int, tensor: str) -> Rewrite:
+    nest, stmt, order = _cacheable_reduction(ctx, top, tensor)
     spatial = set(lhs_vars(stmt))
     depth = 0
     while depth < len(nest.loops) and nest.loops[depth].var in spatial:
@@ -244,18 +251,7 @@ def cache_write(ctx: Context, top: int, tensor: str) -> Rewrite:
 def cache_write_tile(ctx: Context, top: int, tensor: str, depth: int) -> Rewrite:
     """Accumulate the tile of `tensor` that one iteration of the first `depth` loops writes in a local
     array (register blocking): zero it, run the inner loops on it, store it once."""
-    nest = ctx.program.nests[top]
-    if len(nest.body) != 1 or not isinstance(nest.body[0], Stmt) or nest.body[0].lhs.tensor != tensor:
-        raise Illegal("the nest is not a single reduction")
-    stmt = nest.body[0]
-    order = next(s.order for s in ctx.sites if s.nest_index == top)
-    if order not in ctx.inits:
-        raise Illegal(f"{tensor} accumulates onto earlier values: caching would reassociate")
-    if any(a.tensor == tensor for a in _reads_without_self(stmt)):
-        raise Illegal(f"the reduction reads {tensor} elsewhere than as the accumulator")
-    merged = merged_subscript_vars(stmt, nest.loops)
-    if merged:
-        raise Illegal(f"several iterations of {merged[0]} accumulate into one element of {tensor}")
+    nest, stmt, order = _cacheable_reduction(ctx, top, tensor)
     spatial = set(lhs_vars(stmt))
     outer, inner = nest.loops[:depth], nest.loops[depth:]
     if not 0 < depth < len(nest.loops) or any(lp.var not in spatial for lp in outer):
