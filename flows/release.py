@@ -141,7 +141,8 @@ def _coverage_section(coverage: list[dict], minimum: int) -> str:
                    f"{c['verified']} of them verified")
         else:
             why = "the filter (duplicates of one after-state keep the rarest strategy; per-level caps) kept fewer"
-        lines.append(f"| {c['strategy']} | {c['programs']} | {c['steps']} | {c['verified']} | {c['released']} | {why} |")
+        counts = " | ".join(str(c[k]) for k in ("programs", "steps", "verified", "released"))
+        lines.append(f"| {c['strategy']} | {counts} | {why} |")
     return "\n".join([*lines, ""])
 
 
