@@ -170,11 +170,12 @@ def _apply_batch(path: str, chosen, options) -> int:
 
 # --- the survey (issue 5's report) ----------------------------------------------------------------------
 
-def catalogue_originals(n: int, seed: int = 0, dtype: str = "float32", shapes: str = "default") -> list:
+def catalogue_originals(n: int, seed: int = 0, dtype: str = "float32", shapes: str = "default",
+                        workloads: list[str] | None = None) -> list:
     """A deterministic sample of `n` catalogue originals, as (SurveyProgram, Translation) pairs, at the
     shape profile `shapes`: families in name order, taken round-robin, each family's workloads in a
-    seeded order; `dtype` where the workload offers it (as the profiles do), else the instance's.
-    Untranslatable ones are skipped."""
+    seeded order (only the named `workloads` when given); `dtype` where the workload offers it (as the
+    profiles do), else the instance's. Untranslatable ones are skipped."""
     from dataclasses import replace
 
     from leir.frontend import TranslationError, translate
@@ -183,8 +184,16 @@ def catalogue_originals(n: int, seed: int = 0, dtype: str = "float32", shapes: s
     from workloads.registry import all_workloads
     from workloads.sampling import build, sample_instance
 
+    chosen = all_workloads()
+    if workloads:
+        known = {w.name for w in chosen}
+        unknown = [name for name in workloads if name not in known]
+        if unknown:
+            raise KeyError(f"unknown workload{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
+                           "`steptp workloads list` names them")
+        chosen = [w for w in chosen if w.name in workloads]
     by_family: dict[str, list] = {}
-    for w in all_workloads():
+    for w in chosen:
         by_family.setdefault(w.family, []).append(w)
     for family, ws in by_family.items():
         random.Random(f"survey:{seed}:{family}").shuffle(ws)
@@ -268,7 +277,10 @@ def survey_(programs: Annotated[int, typer.Option("--programs", help="Catalogue 
                                                           "them) or whose outputs do not depend on the "
                                                           "inputs in this dtype.")] = True,
             strategy: Annotated[list[str] | None, typer.Option("--strategy", help="Only these strategies "
-                                                               "(repeatable).")] = None):
+                                                               "(repeatable).")] = None,
+            workload: Annotated[list[str] | None, typer.Option("--workload", help="Only these catalogue workloads "
+                                                               "(repeatable), e.g. to reproduce a failure the "
+                                                               "release build reported.")] = None):
     """Per strategy: sites on a deterministic sample of catalogue originals (plus one compute_inline
     step for the mathematical strategies), applications, and how many verify as declared."""
     import sys
@@ -281,7 +293,10 @@ def survey_(programs: Annotated[int, typer.Option("--programs", help="Catalogue 
         fail(f"--dtype must be float32, float16, float64 or bfloat16, got {dtype!r}")
     if shapes not in ("default", "release", "tiny"):
         fail(f"--shapes must be default, release or tiny, got {shapes!r}")
-    found = catalogue_originals(programs, seed, dtype, shapes)
+    try:
+        found = catalogue_originals(programs, seed, dtype, shapes, workload or None)
+    except KeyError as e:
+        fail(str(e.args[0]))
     typer.echo(f"{len(found)} programs translated in {time.perf_counter() - start:.1f} s", err=True)
     sample, left_out = [p for p, _ in found], []
     if check_originals:

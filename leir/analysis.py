@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from leir.ast import Access, BinOp, Call, Loop, Neg, Nest, Num, Program, Stmt, Var, accesses, walk_expr
+from leir.ast import Access, BinOp, Call, Loop, Neg, Nest, Num, Program, Stmt, Var, accesses, children, walk_expr
 from leir.signature import Signature
 
 
@@ -219,6 +219,46 @@ def _written_box(writes) -> tuple[tuple[int, ...] | None, str]:
 
 
 # --- statements: updates, implicit initialisation, axes --------------------------------------------
+
+# `x**n` with an integral literal n, |n| <= this, is lowered as repeated multiplication (LEIR.md §5).
+MAX_POWER_BY_MULTIPLICATION = 8
+
+
+def integral_exponent(e) -> int | None:
+    """The integer value of a literal exponent (`2`, `2.0`, `-1`), else None."""
+    sign = 1
+    if isinstance(e, Neg):
+        sign, e = -1, e.operand
+    if isinstance(e, Num) and not math.isinf(e.value) and e.value == int(e.value):
+        return sign * int(e.value)
+    return None
+
+
+def is_product(e) -> bool:
+    """A multiplication as the compiler sees it (`a*b`, a positive integral power `x**2`, which is
+    lowered to `x*x`, or the negation of one): fused with an enclosing + or - into one FMA by LLVM."""
+    if isinstance(e, Neg):
+        return is_product(e.operand)
+    if isinstance(e, BinOp) and e.op == "**":
+        n = integral_exponent(e.rhs)
+        return n is not None and 2 <= n <= MAX_POWER_BY_MULTIPLICATION
+    return isinstance(e, BinOp) and e.op == "*"
+
+
+def contraction_contexts(expr, target) -> bool:
+    """Whether `target` occurs as a direct operand of + or - in `expr` (outside subscripts): moving a
+    product into or out of such a place changes whether the compiler fuses it into an FMA, which
+    changes the rounding, so an `exact` rewrite must not do it."""
+    stack = [expr]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, Access):
+            continue
+        if isinstance(n, BinOp) and n.op in ("+", "-") and target in (n.lhs, n.rhs):
+            return True
+        stack.extend(children(n))
+    return False
+
 
 IDENTITIES = {"+": 0, "-": 0, "*": 1, "max": -math.inf, "min": math.inf}
 

@@ -100,11 +100,13 @@ class Site:
 @dataclass(frozen=True)
 class Rewrite:
     """What `Strategy.rewrite` returns: the new program, the legality facts that were checked, and
-    why the step can pay off here (with this program's numbers)."""
+    why the step can pay off here (with this program's numbers). `exactness` overrides the
+    strategy's class for this one rewrite when it can only be `close` (never the other way)."""
 
     program: Program
     facts: tuple[str, ...] = ()
     effect: str = ""
+    exactness: str | None = None
 
 
 @dataclass(frozen=True)
@@ -187,7 +189,8 @@ class Strategy:
             return None
         if alpha_hash(rw.program, ctx.signature) == ctx.alpha:
             return None
-        return Transformation(self.name, self.level, self.exactness, site, dict(params), ctx.program,
+        exactness = "reassociating" if "reassociating" in (self.exactness, rw.exactness) else self.exactness
+        return Transformation(self.name, self.level, exactness, site, dict(params), ctx.program,
                               rw.program, tuple(rw.facts), rw.effect)
 
     def legal_sites(self, ctx: Context) -> list[Site]:

@@ -5,7 +5,7 @@ output dependences) and the implicit initialisation of every reduction (LEIR.md 
 """
 from __future__ import annotations
 
-from leir.analysis import StmtSite, implicit_inits, reduction_op
+from leir.analysis import StmtSite, contraction_contexts, implicit_inits, is_product, reduction_op
 from leir.ast import Access, BinOp, Call, Neg, Nest, Program, Select, Stmt, Var, accesses, children, map_stmt
 from leir.printer import format_expr
 from strategies.base import Context, Illegal, Rewrite, Site, Strategy
@@ -17,31 +17,11 @@ from strategies.legality import (
     misaligned,
     stmt_reads,
 )
-from strategies.loops import bands, common_depth, fuse_nests
+from strategies.loops import bands, common_depth, contracted_products, fuse_nests
 from strategies.registry import register
 from strategies.tree import enclosing_loops, fresh_tensors, get_item, replace_item, substitute_vars, vars_in
 
 MAX_CSE = 8
-
-
-def is_product(e) -> bool:
-    """A multiplication (possibly negated): fused with an enclosing + or - into one FMA by LLVM."""
-    return (isinstance(e, BinOp) and e.op == "*") or (isinstance(e, Neg) and is_product(e.operand))
-
-
-def contraction_contexts(expr, target) -> bool:
-    """Whether `target` occurs as a direct operand of + or - in `expr` (outside subscripts): moving a
-    product into or out of such a place changes whether the compiler fuses it into an FMA, which
-    changes the rounding, so an `exact` rewrite must not do it."""
-    stack = [expr]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, Access):
-            continue
-        if isinstance(n, BinOp) and n.op in ("+", "-") and target in (n.lhs, n.rhs):
-            return True
-        stack.extend(children(n))
-    return False
 
 
 def site_key(site: StmtSite) -> tuple[int, tuple[int, ...]]:
@@ -402,7 +382,7 @@ class OperatorFusion(Strategy):
         a, b = ctx.program.nests[site.nest], ctx.program.nests[site.nest + 1]
         for depth in range(common_depth(a, b), 0, -1):
             try:
-                fused, facts, effect = fuse_nests(ctx.program, site.nest, depth)
+                fused, facts, effect, exactness = fuse_nests(ctx.program, site.nest, depth)
             except Illegal:
                 continue
             program = Program(ctx.program.nests[:site.nest] + (fused,) + ctx.program.nests[site.nest + 2:])
@@ -411,7 +391,7 @@ class OperatorFusion(Strategy):
                       f"{depth} shared loop{'s' if depth > 1 else ''}: {produced} is consumed right after it is "
                       "produced, while it is still in cache, and one pass over memory disappears.")
             facts = facts + (f"{depth} is the deepest fusion the dependences on {produced} allow",)
-            return Rewrite(program, facts, effect)
+            return Rewrite(program, facts, effect, exactness)
         raise Illegal(f"every fusion depth would reverse a dependence on {', '.join(site.tensors)}")
 
 
@@ -457,7 +437,12 @@ class OperatorFission(Strategy):
         effect = (f"The nest over {', '.join(f'{lp.var}:{lp.extent}' for lp in nest.loops)} is distributed into "
                   f"two nests ({i} and {len(nest.body) - i} body item{'s' if len(nest.body) - i > 1 else ''}): each "
                   "is simpler to vectorize, parallelize or schedule on its own.")
-        return Rewrite(program, facts, effect)
+        contracted = contracted_products(first, second)
+        if contracted:  # the fused multiply-add the compiler formed in one iteration is gone
+            facts = facts + (f"{', '.join(contracted)} is a product added to another value in the same iteration: "
+                             "in one nest the compiler fused that multiply-add (one rounding), in two it rounds "
+                             "twice, so the results agree within rounding, not bit for bit",)
+        return Rewrite(program, facts, effect, "reassociating" if contracted else None)
 
 
 # --- expression_splitting / expression_reorder -------------------------------------------------------

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from dataclasses import replace
 from itertools import product
 
-from leir.analysis import lhs_vars, reduction_op
-from leir.ast import BinOp, Call, Loop, Nest, Num, Program, Stmt, Var, map_stmt, walk_expr
+from leir.analysis import contraction_contexts, is_product, lhs_vars, reduction_op
+from leir.ast import BinOp, Call, Loop, Nest, Num, Program, Stmt, Var, accesses, map_stmt, walk_expr
 from leir.names import BIND_PREFIXES, bind_name
 from strategies.base import Context, Illegal, Rewrite, Site, Strategy
 from strategies.legality import (
@@ -302,9 +302,9 @@ class LoopFusion(Strategy):
             yield {"depth": depth}
 
     def rewrite(self, ctx, site, params):
-        fused, facts, effect = fuse_nests(ctx.program, site.nest, params["depth"])
+        fused, facts, effect, exactness = fuse_nests(ctx.program, site.nest, params["depth"])
         program = Program(ctx.program.nests[:site.nest] + (fused,) + ctx.program.nests[site.nest + 2:])
-        return Rewrite(program, facts, effect)
+        return Rewrite(program, facts, effect, exactness)
 
 
 def common_depth(a: Nest, b: Nest) -> int:
@@ -319,9 +319,9 @@ def common_depth(a: Nest, b: Nest) -> int:
     return depth
 
 
-def fuse_nests(program: Program, i: int, depth: int) -> tuple[Nest, tuple[str, ...], str]:
-    """Nests i and i+1 fused over their first `depth` loops; raises Illegal when a dependence between
-    them would be reversed."""
+def fuse_nests(program: Program, i: int, depth: int) -> tuple[Nest, tuple[str, ...], str, str]:
+    """Nests i and i+1 fused over their first `depth` loops, with the legality facts, the effect and
+    the step's exactness; raises Illegal when a dependence between them would be reversed."""
     a, b = program.nests[i], program.nests[i + 1]
     if depth < 1 or depth > common_depth(a, b):
         raise Illegal("the nests do not share that many loops")
@@ -354,7 +354,21 @@ def fuse_nests(program: Program, i: int, depth: int) -> tuple[Nest, tuple[str, .
     reuse = f"; {', '.join(common)} is produced and consumed in the same iteration" if common else ""
     effect = (f"One pass over {iterations(shared)} iterations of {', '.join(lp.var for lp in shared)} instead of "
               f"two{reuse}, which saves loop overhead and improves locality.")
-    return fused, facts, effect
+    contracted = contracted_products(first, second)
+    if contracted:
+        facts = facts + (f"{', '.join(contracted)} is a product added to another value in the same iteration: "
+                         "the compiler forwards it from the store and fuses the multiply-add (one rounding "
+                         "instead of two), so the results agree within rounding, not bit for bit",)
+    return fused, facts, effect, "reassociating" if contracted else "exact"
+
+
+def contracted_products(first, second) -> list[str]:
+    """Tensors that the first part stores as a product and the second part adds to something: once
+    both run in one iteration, LLVM replaces the load by the stored value and contracts the multiply
+    and the add into an FMA, which rounds once where the two nests rounded twice."""
+    products = {s.lhs.tensor for s, _ in first if is_product(s.rhs)}
+    return list(dict.fromkeys(a.tensor for s, _ in second for a in accesses(s.rhs)
+                              if a.tensor in products and contraction_contexts(s.rhs, a)))
 
 
 def _names(stmt: Stmt) -> list[str]:

@@ -25,12 +25,12 @@ import math
 
 from tvm import tirx
 
+from leir.analysis import MAX_POWER_BY_MULTIPLICATION, integral_exponent
 from leir.ast import Access, And, BinOp, Call, Compare, Neg, Num, Or, Select, Var
 from leir.dtypes import CODE_TO_TORCH
 from leir.lower.check import LoweringError
 
 INDEX_DTYPE = "int32"
-MAX_POWER_BY_MULTIPLICATION = 8
 _COMPARE = {"<": tirx.LT, "<=": tirx.LE, ">": tirx.GT, ">=": tirx.GE, "==": tirx.EQ, "!=": tirx.NE}
 _MATH = {"exp": tirx.exp, "log": tirx.log, "sqrt": tirx.sqrt, "erf": tirx.erf}
 
@@ -279,7 +279,7 @@ class ExprLowering:
         return cast(q if op == "//" else xw - q * yw, dt)
 
     def power(self, base, exponent, lit: str):
-        n = _integral(exponent)
+        n = integral_exponent(exponent)
         if n is not None and abs(n) <= MAX_POWER_BY_MULTIPLICATION:
             x = self.value(base, lit)
             if dtype_of(x) == "bool":
@@ -350,16 +350,6 @@ def _math_dtype(dtype: str) -> str:
     if dtype in ("float64", "float32"):
         return dtype
     return "float32"
-
-
-def _integral(e) -> int | None:
-    """The integer value of a literal exponent (`2`, `2.0`, `-1`), else None."""
-    sign = 1
-    if isinstance(e, Neg):
-        sign, e = -1, e.operand
-    if isinstance(e, Num) and not math.isinf(e.value) and e.value == int(e.value):
-        return sign * int(e.value)
-    return None
 
 
 def _fold(op, parts):

@@ -113,3 +113,49 @@ def test_expression_reorder_never_swaps_max_or_min():
     relu_sig = sig(("A", [4, 8], "float64", "input"), ("C", [4, 8], "float64", "output"))
     relu = "B^{4}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{tx,a}=max(A^{f64,g}_{tx,a},0);];"
     assert results("expression_reorder", relu, relu_sig) == []
+
+
+# l2_distance's shape: a square stored in one nest and summed in the next (issue 18). LLVM lowers
+# D**2 to D*D; inlined into the sum, or fused into its nest, the multiply and the add become one FMA.
+SQ = sig(("A", [4, 8], "float32", "input"), ("C", [4], "float32", "output"))
+SQUARES = ("B^{4}_{tx=0}L^{8}_{a=0}[D^{f32,g}_{tx,a}=A^{f32,g}_{tx,a}**2;];"
+           "B^{4}_{tx=0}L^{8}_{a=0}[C^{f32,g}_{tx}=C^{f32,g}_{tx}+D^{f32,g}_{tx,a};];")
+PRODUCT_THEN_SUM = ("B^{4}_{tx=0}L^{8}_{a=0}[D^{f32,g}_{tx,a}=A^{f32,g}_{tx,a}*0.044715*A^{f32,g}_{tx,a};];"
+                    "B^{4}_{tx=0}L^{8}_{a=0}[C^{f32,g}_{tx,a}=1+D^{f32,g}_{tx,a};];")
+S2_F32 = sig(("A", [4, 8], "float32", "input"), ("C", [4, 8], "float32", "output"))
+
+
+def test_compute_inline_refuses_a_square_inlined_into_a_sum():
+    assert results("compute_inline", SQUARES, SQ) == []
+    root = SQUARES.replace("**2", "**0.5")   # a square root: no multiply to fuse
+    assert results("compute_inline", root, SQ)[0] == \
+        "B^{4}_{tx=0}L^{8}_{a=0}[C^{f32,g}_{tx}=C^{f32,g}_{tx}+A^{f32,g}_{tx,a}**0.5;];"
+
+
+def test_fusion_that_lets_the_compiler_form_an_fma_is_declared_reassociating():
+    from gpu_tasks.verify import verify_pair
+    from strategies.registry import get
+    from strategy_cases import ctx
+
+    for name in ("operator_fusion", "loop_fusion"):
+        found = list(get(name).transformations(ctx(PRODUCT_THEN_SUM, S2_F32)))
+        assert found, name
+        for t in found:
+            assert t.exactness == "reassociating", name
+            assert any("multiply-add" in f for f in t.facts)
+            assert verify_pair(t.before, t.after, S2_F32).status in ("exact", "close")
+    # the same fusion where nothing multiplies stays exact, and is bitwise equal
+    plain = PRODUCT_THEN_SUM.replace("A^{f32,g}_{tx,a}*0.044715*A^{f32,g}_{tx,a}", "A^{f32,g}_{tx,a}-0.5")
+    (t,) = get("operator_fusion").transformations(ctx(plain, S2_F32))
+    assert t.exactness == "exact"
+    assert verify_pair(t.before, t.after, S2_F32).status == "exact"
+
+
+def test_fission_that_separates_an_fma_is_declared_reassociating():
+    from strategies.registry import get
+    from strategy_cases import ctx
+
+    one = ("B^{4}_{tx=0}L^{8}_{a=0}[D^{f32,g}_{tx,a}=A^{f32,g}_{tx,a}*A^{f32,g}_{tx,a};"
+           "C^{f32,g}_{tx,a}=1+D^{f32,g}_{tx,a};];")
+    (t,) = get("operator_fission").transformations(ctx(one, S2_F32))
+    assert t.exactness == "reassociating"
