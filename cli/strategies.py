@@ -225,6 +225,8 @@ def verified_originals(found: list, workers: int, timeout_s: float, seed: int = 
     any strategy sees a program) and whose own outputs are evidence in their dtype (not identical on
     every draw: a float16 program that saturates to a constant cannot tell a right step from a wrong
     one); the others as {"program", "status", "error"}: a strategy is not to blame for them."""
+    from dataclasses import replace
+
     from gpu_tasks.pool import WorkerPool
     from gpu_tasks.verify import pair_request, verify_against_references, verify_pairs
 
@@ -236,10 +238,13 @@ def verified_originals(found: list, workers: int, timeout_s: float, seed: int = 
                        verify_pairs([pair_request(tr.program, tr.program, tr.signature, seed=seed)
                                      for _, tr in passing], pool), strict=True))
     kept, left_out = [], []
-    for (program, _), v in zip(found, results, strict=True):
-        v = own.get(program.name, v)
+    for (program, _), reference in zip(found, results, strict=True):
+        v = own.get(program.name, reference)
         if v.status in ("exact", "close"):
-            kept.append(program)
+            # as the transform stage does: how far rounding alone moves it decides whether
+            # reassociating strategies may propose steps on it (strategies.numerics)
+            measured = replace(program.context, rounding_share=reference.tolerance_share)
+            kept.append(replace(program, context=measured))
         else:
             left_out.append({"program": program.name, "status": v.status,
                              "error": (v.error or "").splitlines()[0][:160] if v.error else ""})

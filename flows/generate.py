@@ -103,7 +103,8 @@ def generate_shard(shard: Shard, params, pool=None) -> list[dict]:
                     "signature": tr.signature.dumps(), "leir": tr.text, "n_nests": len(tr.program.nests),
                     "source": "catalogue", "seed": seed, "verification_status": v.status,
                     "max_abs_err": err, "shape_source": inst.shape_source,
-                    "work": estimate_work(w, inst.params)})
+                    "work": estimate_work(w, inst.params),
+                    "rounding_share": v.to_json()["tolerance_share"] if v.passed else None})
     return [rows[k] for k in sorted(rows)]
 
 

@@ -38,7 +38,10 @@ TABLES: dict[str, TableSpec] = {t.name: t for t in (
         ("verification_status", S), ("max_abs_err", F64),
         # issue 12: where the shapes came from (workloads.shapes: model-dims, odd-extents, tiny-ranges)
         # and the instance's work units (the shape model's budget measure)
-        ("shape_source", S), ("work", I64))),
+        ("shape_source", S), ("work", I64),
+        # issue 18: the share of the dtype's tolerance that rounding alone moves the original's
+        # outputs by, against its float64 reference (strategies.numerics.ROUNDING_SHARE_LIMIT)
+        ("rounding_share", F64))),
     TableSpec("steps", ("step_id",), _schema(
         ("step_id", S), ("program_id", S), ("parent_step_id", S), ("depth", I64), ("strategy", S), ("level", S),
         ("site", S), ("params", S), ("before_leir", S), ("after_leir", S), ("after_program_id", S),

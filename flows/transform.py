@@ -7,7 +7,11 @@ many steps of each strategy over the whole table (spread over the families in tu
 steps in a seeded order), plus the compute_inline steps that the kept ones start from. Strategies with
 fewer steps keep them all, so the cap trims the common rewrites (compute_inline chains, loop_split)
 and never the rare ones. The cap is applied after the cached shard tasks, so changing it recomputes
-nothing but the selection."""
+nothing but the selection.
+
+Steps whose result uses one of this project's extensions of the published LEIR format (`fast_exp`,
+leir/ast.py EXTENSION_FNS) are made only when the profile's `leir_extensions` names it: released data
+stays in the published format unless a profile opts in."""
 from __future__ import annotations
 
 import json
@@ -38,7 +42,8 @@ def transform_shard(programs: list[dict], params) -> list[dict]:
         if p["verification_status"] not in PASSING:
             continue
         sig = Signature.from_json(p["signature"])
-        root = Context(parse_program(p["leir"]), sig, params.verify["target"])
+        root = Context(parse_program(p["leir"]), sig, params.verify["target"], p.get("rounding_share"),
+                       tuple(params.profile.get("leir_extensions") or ()))
         for row in _steps_from(root, p["program_id"], None, 0, params):
             rows.setdefault(row["step_id"], row)
     return [rows[k] for k in sorted(rows)]

@@ -30,13 +30,14 @@ class ArrayDiff:
     bitwise_equal: bool
     within_tolerance: bool
     reason: str = ""  # why it is not within tolerance
+    share: float = 0.0  # the largest value/bound over the criteria: how much of the tolerance is used
 
 
 def diff_arrays(expected: np.ndarray, actual: np.ndarray, tol: Tolerance) -> ArrayDiff:
     expected, actual = np.asarray(expected), np.asarray(actual)
     if expected.shape != actual.shape:
         reason = f"shape {list(actual.shape)} differs from the reference's {list(expected.shape)}"
-        return ArrayDiff(np.inf, np.inf, np.inf, False, False, reason)
+        return ArrayDiff(np.inf, np.inf, np.inf, False, False, reason, np.inf)
     bitwise = _bitwise_equal(expected, actual)
     e, a = expected.astype(np.float64), actual.astype(np.float64)
     finite = np.isfinite(e) & np.isfinite(a)
@@ -49,7 +50,14 @@ def diff_arrays(expected: np.ndarray, actual: np.ndarray, tol: Tolerance) -> Arr
         return ArrayDiff(max_abs, max_rel, rel_l2, True, True)
     scale = max(1.0, float(np.sqrt(np.mean(ref * ref))) if ref.size else 0.0)
     reason = _tolerance_violation(e, a, finite, max_abs / scale, max_rel, rel_l2, tol)
-    return ArrayDiff(max_abs, max_rel, rel_l2, False, not reason, reason)
+    share = max(_share(max_abs / scale, tol.max_abs), _share(max_rel, tol.max_rel), _share(rel_l2, tol.rel_l2))
+    return ArrayDiff(max_abs, max_rel, rel_l2, False, not reason, reason, share)
+
+
+def _share(value: float, bound: float) -> float:
+    if value == 0:
+        return 0.0
+    return value / bound if bound > 0 else np.inf
 
 
 def _bitwise_equal(expected: np.ndarray, actual: np.ndarray) -> bool:
@@ -134,6 +142,7 @@ def judge(expected: Sequence[Outputs], actual: Sequence[Outputs], output_codes: 
         rel_l2_err=max((d.rel_l2 for d in diffs), default=0.0),
         draws=len(expected),
         bitwise_equal=all(d.bitwise_equal for d in diffs),
+        tolerance_share=max((d.share for d in diffs), default=0.0),
     )
     if first_reason:
         return Verification("mismatch", error=first_reason, **metrics)

@@ -21,6 +21,10 @@ class Verification:
     draws: int = 0
     bitwise_equal: bool = False
     error: str = ""
+    # how much of the dtype's tolerance the differences use, the worst criterion of the worst output
+    # and draw (1.0: at the limit); for an original against its float64 reference, how far rounding
+    # in the program's dtype alone moves its outputs
+    tolerance_share: float | None = None
 
     def __post_init__(self):
         if self.status not in STATUSES:
@@ -36,7 +40,7 @@ class Verification:
     def to_json(self) -> dict:
         """JSON-safe (non-finite metrics become null, JSON has no NaN or infinity)."""
         out = asdict(self)
-        for key in ("max_abs_err", "max_rel_err", "rel_l2_err"):
+        for key in ("max_abs_err", "max_rel_err", "rel_l2_err", "tolerance_share"):
             out[key] = _finite_or_none(out[key])
         return out
 

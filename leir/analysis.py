@@ -50,6 +50,16 @@ def statement_sites(program: Program) -> list[StmtSite]:
     return sites
 
 
+def extensions_used(program: Program) -> list[str]:
+    """The project's extensions of the published format (`leir.ast.EXTENSION_FNS`) that `program`
+    uses, in first-use order."""
+    from leir.ast import EXTENSION_FNS
+
+    return list(dict.fromkeys(n.fn for site in statement_sites(program)
+                              for part in (site.stmt.lhs, site.stmt.rhs) for n in walk_expr(part)
+                              if isinstance(n, Call) and n.fn in EXTENSION_FNS))
+
+
 def iter_nests(program: Program) -> Iterator[tuple[Nest, tuple[Loop, ...]]]:
     """Every nest (nested ones included) with the loops that enclose it, in program order."""
     def visit(nest: Nest, outer):

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, ClassVar
 
-from leir.analysis import StmtSite, implicit_inits, statement_sites, tensor_table
-from leir.ast import Program
+from leir.analysis import StmtSite, extensions_used, implicit_inits, statement_sites, tensor_table
+from leir.ast import EXTENSION_FNS, Program
 from leir.canon import alpha_hash
 from leir.printer import format_program
 from leir.signature import Signature
@@ -35,6 +35,14 @@ class Context:
     program: Program
     signature: Signature
     target: str = "llvm"
+    # The share of the dtype's tolerance that rounding alone moves the original's outputs by, against
+    # its float64 reference (the generate stage's measurement; None: not measured). Above
+    # numerics.ROUNDING_SHARE_LIMIT no reassociating step is proposed (`reassociation_problem`).
+    rounding_share: float | None = None
+    # The project's extensions of the published LEIR format (leir.ast.EXTENSION_FNS) a step's result
+    # may use: all of them for the toolchain and the search, none for released data unless the
+    # profile's `leir_extensions` admits one.
+    extensions: tuple[str, ...] = EXTENSION_FNS
 
     def __post_init__(self):
         if self.target not in TARGETS:
@@ -61,7 +69,16 @@ class Context:
         return self.target == "cuda"
 
     def with_program(self, program: Program) -> Context:
-        return Context(program, self.signature, self.target)
+        """A later state of the same program: its measured rounding goes with it."""
+        return replace(self, program=program)
+
+    @cached_property
+    def reassociation_problem(self) -> str | None:
+        """Why no reassociating step can be verified on this program, or None."""
+        from strategies.numerics import rounding_problem
+
+        codes = [t.code for t in self.signature.outputs]
+        return rounding_problem(self.rounding_share, codes[0] if len(set(codes)) == 1 else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +166,7 @@ class Strategy:
 
     def context_for(self, ctx: Context) -> Context:
         """The context this strategy is enumerated in: `ctx`, or its CUDA twin for a GPU-only one."""
-        return Context(ctx.program, ctx.signature, "cuda") if self.needs_gpu and not ctx.gpu else ctx
+        return replace(ctx, target="cuda") if self.needs_gpu and not ctx.gpu else ctx
 
     def sites(self, ctx: Context) -> Iterable[Site]:
         """Candidate sites, in a deterministic order (program order, outer loops first)."""
@@ -190,6 +207,10 @@ class Strategy:
         if alpha_hash(rw.program, ctx.signature) == ctx.alpha:
             return None
         exactness = "reassociating" if "reassociating" in (self.exactness, rw.exactness) else self.exactness
+        if exactness == "reassociating" and ctx.reassociation_problem:
+            return None
+        if set(EXTENSION_FNS) - set(ctx.extensions) and not set(extensions_used(rw.program)) <= set(ctx.extensions):
+            return None  # outside the format the context admits
         return Transformation(self.name, self.level, exactness, site, dict(params), ctx.program,
                               rw.program, tuple(rw.facts), rw.effect)
 

@@ -8,7 +8,6 @@ accumulator element is updated, so reordering, splitting and tiling are bitwise 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 from itertools import product
 
 from leir.analysis import contraction_contexts, is_product, lhs_vars, reduction_op
@@ -465,13 +464,6 @@ class LoopVectorization(Strategy):
             if has_exp:
                 yield {**w, "exp": "fast"}
 
-    def apply(self, ctx, site, params):
-        t = super().apply(ctx, site, params)
-        if t is not None and (params.get("exp") == "fast" or params.get("partials")):
-            # fast_exp is close to exp, never bitwise equal; partial sums reassociate the reduction
-            t = replace(t, exactness="reassociating")
-        return t
-
     def _partials(self, ctx, site, params) -> Rewrite:
         """Vectorise a reduction axis: rfactor by `width` (the partial results per lane in a new
         tensor, then a short combining nest), the partial nest's lane loop marked V."""
@@ -500,7 +492,7 @@ class LoopVectorization(Strategy):
             facts += more
             effect += why
         program = Program(rf.program.nests[:site.nest] + (new,) + rf.program.nests[site.nest + 1:])
-        return Rewrite(program, facts, effect)
+        return Rewrite(program, facts, effect, "reassociating")  # partial sums reassociate the reduction
 
     def rewrite(self, ctx, site, params):
         if ctx.gpu:
@@ -542,7 +534,9 @@ class LoopVectorization(Strategy):
             new, more, why = fast_exp_below(new, stmts)
             facts += more
             effect += why
-        return Rewrite(replace_item(ctx.program, site.nest, site.path, (new,)), facts, effect)
+        # fast_exp is close to exp, never bitwise equal
+        return Rewrite(replace_item(ctx.program, site.nest, site.path, (new,)), facts, effect,
+                       "reassociating" if params.get("exp") == "fast" else None)
 
 
 def fast_exp_below(nest: Nest, stmts) -> tuple[Nest, tuple[str, ...], str]:

@@ -143,3 +143,18 @@ def test_the_absolute_bound_scales_with_large_outputs():
     assert diff_arrays(big, big + 1e-3, tol).within_tolerance
     small = np.linspace(-1, 1, 64)
     assert not diff_arrays(small, small + 1e-3, tol).within_tolerance
+
+
+def test_tolerance_share_says_how_much_of_the_tolerance_the_differences_use():
+    tol = DEFAULT_TOLERANCES["f64"]
+    assert judge(outputs(DRAWS), outputs([a.copy() for a in DRAWS]), {"C": "f64"}).tolerance_share == 0.0
+    # outputs of magnitude c (rms c, so max abs per unit of output scale = rel L2 = the relative
+    # change): a change of a quarter of the bound uses a quarter of the tolerance
+    assert tol.max_abs == tol.rel_l2
+    signs = np.sign(DRAWS[0])
+    expected = [c * signs for c in (2.0, 3.0, 4.0)]
+    v = judge(outputs(expected), outputs([a * (1 + tol.rel_l2 / 4) for a in expected]), {"C": "f64"})
+    assert v.status == "close" and v.tolerance_share == pytest.approx(0.25, rel=1e-3)
+    v = judge(outputs(expected), outputs([a * (1 + 3 * tol.rel_l2) for a in expected]), {"C": "f64"})
+    assert v.status == "mismatch" and v.tolerance_share == pytest.approx(3, rel=1e-3)
+    assert v.to_json()["tolerance_share"] == pytest.approx(3, rel=1e-3)

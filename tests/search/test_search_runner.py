@@ -48,10 +48,11 @@ def test_greedy_matmul_speedup_is_re_measurable(pools):
     assert best["leir"] == result["best_leir"] and best["status"] in ("exact", "close")
     again = time_pair(MATMUL, result["best_leir"], Signature.from_json(MM_SIG), pool=pools.timing, repeats=5,
                       min_repeat_ms=20)
-    assert again.status == "ok"
-    # the same measurement again: within the reported spread (floored: a shared 2-core machine drifts)
-    tolerance = max(3 * (best["spread"] or 0), 3 * (again.spread or 0), 0.35)
-    assert abs(again.speedup / result["best_speedup"] - 1) <= tolerance
+    assert again.status == "ok" and again.speedup > 1.5  # the state found really is faster
+    # The same measurement again agrees in magnitude: a wrong program timed, or before and after
+    # swapped, would be off by far more. The bound is loose on purpose: the search times with fewer
+    # repeats, and a 250 us kernel on a shared 2-core machine was seen to re-measure 3.1x as 4.5x.
+    assert 0.5 <= again.speedup / result["best_speedup"] <= 2.0
 
 
 def test_beam_softmax_every_state_checked_against_the_root(pools):

@@ -133,9 +133,10 @@ def test_compute_inline_refuses_a_square_inlined_into_a_sum():
 
 
 def test_fusion_that_lets_the_compiler_form_an_fma_is_declared_reassociating():
+    from strategy_cases import ctx
+
     from gpu_tasks.verify import verify_pair
     from strategies.registry import get
-    from strategy_cases import ctx
 
     for name in ("operator_fusion", "loop_fusion"):
         found = list(get(name).transformations(ctx(PRODUCT_THEN_SUM, S2_F32)))
@@ -152,8 +153,9 @@ def test_fusion_that_lets_the_compiler_form_an_fma_is_declared_reassociating():
 
 
 def test_fission_that_separates_an_fma_is_declared_reassociating():
-    from strategies.registry import get
     from strategy_cases import ctx
+
+    from strategies.registry import get
 
     one = ("B^{4}_{tx=0}L^{8}_{a=0}[D^{f32,g}_{tx,a}=A^{f32,g}_{tx,a}*A^{f32,g}_{tx,a};"
            "C^{f32,g}_{tx,a}=1+D^{f32,g}_{tx,a};];")

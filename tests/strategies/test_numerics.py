@@ -224,3 +224,37 @@ def test_a_log_of_a_root_close_to_one_loses_float16_digits():
     assert results("logsimp", text, signature) == []
     assert results("logsimp", text.replace("f16", "f32"), sig(("A", [4, 8], "float32", "input"),
                                                                ("C", [4], "float32", "output")))
+
+
+# --- the program's own rounding decides whether a reordering can be verified ----------------------------
+
+ROW_SUMS = ("B^{4}_{tx=0}L^{64}_{a=0}[C^{f32,g}_{tx}=C^{f32,g}_{tx}+A^{f32,g}_{tx,a};];")
+
+
+def test_reassociating_steps_are_refused_where_rounding_alone_uses_the_tolerance():
+    from dataclasses import replace
+
+    from strategy_cases import sig
+
+    from leir import parse_program
+    from strategies.base import Context
+    from strategies.numerics import ROUNDING_SHARE_LIMIT
+    from strategies.registry import get
+
+    s = sig(("A", [4, 64], "float32", "input"), ("C", [4], "float32", "output"))
+    healthy = Context(parse_program(ROW_SUMS), s, rounding_share=0.01)
+    touchy = replace(healthy, rounding_share=2 * ROUNDING_SHARE_LIMIT)
+    reassociating = [t for t in get("reduction_factorization").transformations(healthy)]
+    assert reassociating and all(t.exactness == "reassociating" for t in reassociating)
+    assert list(get("reduction_factorization").transformations(touchy)) == []
+    assert "rounding alone in float32" in touchy.reassociation_problem
+    # partial sums of a vectorised reduction reorder it too; exact steps are still proposed
+    vec = get("loop_vectorization")
+    assert any(t.params.get("partials") for t in vec.transformations(healthy))
+    assert not any(t.params.get("partials") for t in vec.transformations(touchy))
+    assert list(get("loop_split").transformations(touchy)) == list(get("loop_split").transformations(healthy))
+    # the measurement goes with later states of the program and with the CUDA twin
+    assert touchy.with_program(touchy.program).reassociation_problem
+    assert get("loop_binding").context_for(touchy).rounding_share == touchy.rounding_share
+    # not measured: nothing is refused on its account
+    assert Context(parse_program(ROW_SUMS), s).reassociation_problem is None
