@@ -178,6 +178,7 @@ def best_states(results: dict) -> dict[str, str]:
 
 
 REFERENCE_KEYS = ("torch_eager_us", "metaschedule_us", "session_naive_us", "session_best_us", "session_spread",
+                  "session_threads",
                   "metaschedule_verification", "metaschedule_tuning_s", "metaschedule_relax_us",
                   "metaschedule_relax_vm_us", "metaschedule_relax_s")
 

@@ -121,6 +121,7 @@ class SessionTimes:
     tuned_us: float
     spread: float
     verification: str  # the tuned function against the naive program: exact or close
+    threads: int = 0   # TVM's threads in the timing process (the timing workers use every core)
 
 
 def tensorir_reference(program, signature, trials: int, *, best=None, seed: int = 0, repeats: int = 5,
@@ -130,8 +131,12 @@ def tensorir_reference(program, signature, trials: int, *, best=None, seed: int 
 
     Returns `metaschedule_us` (the tuned function), `session_naive_us`, `session_best_us`,
     `session_spread`, `metaschedule_verification`, `metaschedule_tuning_s` (wall time of the tuning)."""
+    from gpu_tasks.threads import logical_cpus, tvm_threads_here
     from leir.lower import lower_to_primfunc
 
+    # before tuning: MetaSchedule's runner processes inherit the thread count, so its candidates are
+    # measured with every core, as our timing workers measure the search's states
+    tvm_threads_here(logical_cpus())
     program, signature = _program(program), _signature(signature)
     start = time.perf_counter()
     tuned = tune_primfunc(lower_to_primfunc(program, signature, "llvm", form="tensorir"), trials, seed)
@@ -140,7 +145,8 @@ def tensorir_reference(program, signature, trials: int, *, best=None, seed: int 
                                min_repeat_ms=min_repeat_ms, lock_path=lock_path)
     return {"metaschedule_us": times.tuned_us, "session_naive_us": times.naive_us,
             "session_best_us": times.best_us, "session_spread": times.spread,
-            "metaschedule_verification": times.verification, "metaschedule_tuning_s": round(tuning_s, 1)}
+            "metaschedule_verification": times.verification, "metaschedule_tuning_s": round(tuning_s, 1),
+            "session_threads": times.threads}
 
 
 def time_against_tuned(program, signature, tuned, *, best=None, seed: int = 0, repeats: int = 5,
@@ -155,10 +161,13 @@ def time_against_tuned(program, signature, tuned, *, best=None, seed: int = 0, r
     from gpu_tasks.jobs import output_codes
     from gpu_tasks.machine_lock import timing_lock
     from gpu_tasks.runner import make_arguments, run_built
+    from gpu_tasks.threads import logical_cpus, tvm_threads_here
     from gpu_tasks.timing import measure_interleaved, summarize_samples
     from gpu_tasks.tolerances import tolerance_table
 
     program, signature = _program(program), _signature(signature)
+    # as many threads as the timing workers that timed the search (before the first kernel runs here)
+    threads = tvm_threads_here(logical_cpus())
     naive = TIMING_CACHE.build(program, signature, "llvm")
     target = tuning_target()
     ex = tvm.compile(tvm.IRModule({"main": tuned}), target=target)
@@ -179,7 +188,8 @@ def time_against_tuned(program, signature, tuned, *, best=None, seed: int = 0, r
     with timing_lock(lock_path):
         samples = measure_interleaved(evaluators, args, repeats)
     medians, spread = summarize_samples(samples)
-    return SessionTimes(medians[0], medians[1] if best is not None else None, medians[-1], spread, verdict.status)
+    return SessionTimes(medians[0], medians[1] if best is not None else None, medians[-1], spread, verdict.status,
+                        threads)
 
 
 def _program(program):

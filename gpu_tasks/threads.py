@@ -26,3 +26,16 @@ def tvm_threads() -> int:
     """Threads TVM's pool uses in this process (the variable, else one per core)."""
     value = os.environ.get("TVM_NUM_THREADS", "")
     return int(value) if value.isdigit() and int(value) > 0 else logical_cpus()
+
+
+
+def tvm_threads_here(threads: int) -> int:
+    """Ask for `threads` threads in this process's TVM thread pool and return how many it has. Without
+    TVM_NUM_THREADS, TVM takes half the logical CPUs on x86 (it assumes hyper-threading): one thread
+    on this 2-core machine, where the timing workers run `logical_cpus()`, so a parallel kernel timed
+    in-process ran 2.8x slower than in the search's own session. The request only takes effect
+    before the process's first parallel kernel starts the pool; the answer says whether it did."""
+    import tvm
+
+    os.environ["TVM_NUM_THREADS"] = str(int(threads))
+    return int(tvm.get_global_func("runtime.NumThreads")())

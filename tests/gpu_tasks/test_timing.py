@@ -89,3 +89,17 @@ def test_time_pair_in_the_tensorir_form(tmp_path):
     assert t.status == "ok", t.error
     built = [func.script() for func, _ in TIMING_CACHE._by_hash.values()]
     assert sum("T.sblock(" in s for s in built) >= 2
+
+
+def test_in_process_timing_gets_the_thread_count_of_the_timing_workers():
+    """MetaSchedule's same-session comparison times in the calling process: its TVM pool must have as
+    many threads as the timing workers (TVM alone takes half the logical CPUs on x86)."""
+    import subprocess
+    import sys
+
+    code = ("import os; os.environ.pop('TVM_NUM_THREADS', None)\n"
+            "from gpu_tasks.threads import logical_cpus, tvm_threads_here\n"
+            "print(tvm_threads_here(logical_cpus()), logical_cpus())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    got, wanted = out.stdout.split()[-2:]
+    assert got == wanted  # on this 2-core x86 machine TVM alone would take 1
