@@ -68,6 +68,14 @@ def register(app: typer.Typer) -> None:
               max_: Annotated[int | None, typer.Option("--max", help="At most N transformations per strategy "
                                                        "(a seeded, deterministic choice).")] = None,
               cot: Annotated[bool, typer.Option(help="Include the chain of thought.")] = True,
+              extensions: Annotated[bool, typer.Option(help="Allow results that use this project's extensions of "
+                                                       "the published LEIR format (fast_exp); "
+                                                       "--no-extensions: the published format only, as "
+                                                       "released data.")] = True,
+              rounding_share: Annotated[float | None, typer.Option(
+                  help="The share of the dtype's tolerance the program's own rounding uses against its "
+                       "float64 reference (the programs table's rounding_share): above 0.2 no "
+                       "reassociating step is proposed, as in the pipeline.")] = None,
               batch: Annotated[str | None, typer.Option(help='JSONL file (or "-"), one {"id", "signature", '
                                                         '"leir"} per line, instead of FILE.')] = None):
         """Apply a strategy at every legal site and parameter; one JSON line per transformation:
@@ -84,7 +92,9 @@ def register(app: typer.Typer) -> None:
             fail(str(e.args[0]))
         if strategy != "all" and strategy not in ALL_NAMES:
             fail(f"unknown strategy {strategy!r}")
-        options = (target, seed, max_, cot)
+        from leir.ast import EXTENSION_FNS
+
+        options = (target, seed, max_, cot, EXTENSION_FNS if extensions else (), rounding_share)
         if batch is not None:
             if file is not None or signature is not None:
                 fail("--batch takes no FILE or --signature")
@@ -117,8 +127,8 @@ def _apply_program(program, sig, chosen, options, head: dict) -> tuple[int, int]
     from strategies.base import Context
     from strategies.cot import answer
 
-    target, seed, max_, cot = options
-    ctx = Context(program, sig, target)
+    target, seed, max_, cot, extensions, rounding_share = options
+    ctx = Context(program, sig, target, rounding_share, tuple(extensions))
     count = errors = 0
     for s in chosen:
         try:
