@@ -45,7 +45,10 @@ def test_a_tuned_function_is_checked_and_timed_in_one_session_with_the_program_a
                                lock_path=str(tmp_path / "lock"))
     assert times.verification == "exact"  # the same float32 sums in the same order
     assert all(math.isfinite(t) and t > 0 for t in (times.naive_us, times.best_us, times.tuned_us))
-    assert times.tuned_us < times.naive_us and times.spread >= 0
+    # which function is faster is not asserted: the hand schedule is parallel, and a parallel kernel
+    # timed while other work holds a core waits at every barrier (it measured 28x slower than the
+    # naive program beside a running survey); the timing protocol runs alone, a test suite does not
+    assert times.spread >= 0 and times.threads >= 1
     alone = time_against_tuned(MATMUL, SIG, hand_scheduled(), repeats=3, min_repeat_ms=5,
                                lock_path=str(tmp_path / "lock"))
     assert alone.best_us is None

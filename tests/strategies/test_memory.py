@@ -163,3 +163,20 @@ def test_cache_write_refuses_a_subscript_that_merges_iterations():
     s = sig(("A", [2, 8, 3], "float64", "input"), ("F", [2, 2], "float64", "output"))
     group_sum = "B^{2}_{tx=0}L^{8}_{a=0}L^{3}_{c=0}[F^{f64,g}_{tx,a//4}=F^{f64,g}_{tx,a//4}+A^{f64,g}_{tx,a,c};];"
     assert not any("write" in str(t.params) for t in get("cache_read_write").transformations(ctx(group_sum, s)))
+
+
+def test_packed_copy_refuses_a_decreasing_subscript_that_tvm_miscompiles():
+    """TVM 0.27 folds A[(15-c)//4*4 + (15-c)%4] to A[12-c]: a packed copy read through a reversed
+    index (argmax's `2047-c`) verified as a mismatch. The dimension read in increasing order is packed."""
+    from strategy_cases import ctx, sig
+
+    from gpu_tasks.verify import verify_pair
+    from strategies.registry import get
+
+    s = sig(("A", [8, 16], "float32", "input"), ("C", [8, 16], "float32", "output"))
+    reversed_read = "B^{8}_{tx=0}L^{16}_{a=0}[C^{f32,g}_{tx,a}=A^{f32,g}_{tx,15-a}*A^{f32,g}_{tx,a};];"
+    packed = [t for t in get("layout_transformation").transformations(ctx(reversed_read, s))
+              if t.params.get("copy") == "packed"]
+    assert packed and {t.params["dim"] for t in packed} == {0}  # dimension 1 is read reversed
+    for t in packed:
+        assert verify_pair(t.before, t.after, s).status == "exact", t.after_text
