@@ -108,7 +108,33 @@ def degenerate_reason(name: str, draws: Sequence[np.ndarray]) -> str:
         return f"output {name} is all zero or non-finite on every draw"
     if len(draws) >= 2 and all(_same_bits(draws[0], d) for d in draws[1:]):
         return f"output {name} is identical on every draw: it does not depend on the inputs"
+    varying = _varying_share(draws)
+    if varying is not None and varying < MIN_VARYING_SHARE:
+        return (f"output {name} is identical on every draw in {100 * (1 - varying):.1f}% of its elements: it "
+                "barely depends on the inputs (a saturated float program), so a rewrite that rounds differently "
+                "can make it constant")
     return ""
+
+
+# A float output of at least MIN_ELEMENTS_FOR_SHARE elements must change between draws in at least this
+# share of them. A float32 conv2d -> min -> tanh -> tanh saturated in all but one of its 196 elements;
+# an `apart` rewrite then made that one constant too (issue 18's release-shape survey).
+MIN_VARYING_SHARE = 0.01
+MIN_ELEMENTS_FOR_SHARE = 100
+
+
+def _varying_share(draws: Sequence[np.ndarray]) -> float | None:
+    """The share of elements of a float output that differ between draws (None: not judged)."""
+    arrays = [np.asarray(d) for d in draws]
+    if len(arrays) < 2 or arrays[0].size < MIN_ELEMENTS_FOR_SHARE or not np.issubdtype(arrays[0].dtype, np.floating):
+        return None
+    if any(a.shape != arrays[0].shape for a in arrays):
+        return None
+    first = arrays[0]
+    differs = np.zeros(first.shape, dtype=bool)
+    for a in arrays[1:]:
+        differs |= ~((a == first) | (np.isnan(a) & np.isnan(first)))
+    return float(differs.mean())
 
 
 def _informative(a: np.ndarray) -> bool:

@@ -158,3 +158,18 @@ def test_tolerance_share_says_how_much_of_the_tolerance_the_differences_use():
     v = judge(outputs(expected), outputs([a * (1 + 3 * tol.rel_l2) for a in expected]), {"C": "f64"})
     assert v.status == "mismatch" and v.tolerance_share == pytest.approx(3, rel=1e-3)
     assert v.to_json()["tolerance_share"] == pytest.approx(3, rel=1e-3)
+
+
+def test_an_output_that_varies_in_almost_no_element_is_no_evidence():
+    """A saturated float program (conv2d -> min -> tanh -> tanh in float32: 195 of 196 elements the
+    same on every draw) proves nothing about a rewrite; one that varies in 2% of them does."""
+    base = np.full((14, 14), 0.7615942, dtype=np.float32)
+    saturated = [base.copy() for _ in range(3)]
+    for k, d in enumerate(saturated):
+        d[0, 0] = 0.5 + k
+    v = judge(outputs(saturated), outputs([d.copy() for d in saturated]), {"C": "f32"})
+    assert v.status == "invalid" and "barely depends on the inputs" in v.error
+    enough = [d.copy() for d in saturated]
+    for k, d in enumerate(enough):
+        d[1, :4] = k
+    assert judge(outputs(enough), outputs([d.copy() for d in enough]), {"C": "f32"}).status == "exact"
