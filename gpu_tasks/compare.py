@@ -102,6 +102,13 @@ def _tolerance_violation(e, a, finite, max_abs, max_rel, rel_l2, tol: Tolerance)
     return ""
 
 
+# A float output of at least MIN_ELEMENTS_FOR_SHARE elements must change between draws in at least this
+# share of them. A float32 conv2d -> min -> tanh -> tanh saturated in all but one of its 196 elements;
+# an `apart` rewrite then made that one constant too (issue 18's release-shape survey).
+MIN_VARYING_SHARE = 0.01
+MIN_ELEMENTS_FOR_SHARE = 100
+
+
 def degenerate_reason(name: str, draws: Sequence[np.ndarray]) -> str:
     """Why the reference outputs of `name` over the draws are no evidence ("" when they are)."""
     if all(not _informative(np.asarray(d)) for d in draws):
@@ -114,13 +121,6 @@ def degenerate_reason(name: str, draws: Sequence[np.ndarray]) -> str:
                 "barely depends on the inputs (a saturated float program), so a rewrite that rounds differently "
                 "can make it constant")
     return ""
-
-
-# A float output of at least MIN_ELEMENTS_FOR_SHARE elements must change between draws in at least this
-# share of them. A float32 conv2d -> min -> tanh -> tanh saturated in all but one of its 196 elements;
-# an `apart` rewrite then made that one constant too (issue 18's release-shape survey).
-MIN_VARYING_SHARE = 0.01
-MIN_ELEMENTS_FOR_SHARE = 100
 
 
 def _varying_share(draws: Sequence[np.ndarray]) -> float | None:

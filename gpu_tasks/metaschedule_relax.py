@@ -50,12 +50,12 @@ def metaschedule_times(module, inputs, trials: int, seed: int = 0) -> dict:
     import torch
     import tvm
     from tvm import relax
+    from tvm.relax.frontend.torch import from_exported_program
+    from tvm.s_tir import meta_schedule as ms
 
     from gpu_tasks.threads import logical_cpus, tvm_threads_here
 
     tvm_threads_here(logical_cpus())  # tuning's runners and the timing here: every core, as our timing workers
-    from tvm.relax.frontend.torch import from_exported_program
-    from tvm.s_tir import meta_schedule as ms
 
     with torch.no_grad():
         mod = from_exported_program(torch.export.export(module, tuple(inputs)))

@@ -28,7 +28,6 @@ def tvm_threads() -> int:
     return int(value) if value.isdigit() and int(value) > 0 else logical_cpus()
 
 
-
 def tvm_threads_here(threads: int) -> int:
     """Ask for `threads` threads in this process's TVM thread pool and return how many it has. Without
     TVM_NUM_THREADS, TVM takes half the logical CPUs on x86 (it assumes hyper-threading): one thread

@@ -15,7 +15,22 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from leir.ast import Access, BinOp, Call, Loop, Neg, Nest, Num, Program, Stmt, Var, accesses, children, walk_expr
+from leir.ast import (
+    EXTENSION_FNS,
+    Access,
+    BinOp,
+    Call,
+    Loop,
+    Neg,
+    Nest,
+    Num,
+    Program,
+    Stmt,
+    Var,
+    accesses,
+    children,
+    walk_expr,
+)
 from leir.signature import Signature
 
 
@@ -53,8 +68,6 @@ def statement_sites(program: Program) -> list[StmtSite]:
 def extensions_used(program: Program) -> list[str]:
     """The project's extensions of the published format (`leir.ast.EXTENSION_FNS`) that `program`
     uses, in first-use order."""
-    from leir.ast import EXTENSION_FNS
-
     return list(dict.fromkeys(n.fn for site in statement_sites(program)
                               for part in (site.stmt.lhs, site.stmt.rhs) for n in walk_expr(part)
                               if isinstance(n, Call) and n.fn in EXTENSION_FNS))

@@ -318,9 +318,10 @@ def common_depth(a: Nest, b: Nest) -> int:
     return depth
 
 
-def fuse_nests(program: Program, i: int, depth: int) -> tuple[Nest, tuple[str, ...], str, str]:
+def fuse_nests(program: Program, i: int, depth: int) -> tuple[Nest, tuple[str, ...], str, str | None]:
     """Nests i and i+1 fused over their first `depth` loops, with the legality facts, the effect and
-    the step's exactness; raises Illegal when a dependence between them would be reversed."""
+    "reassociating" where the fusion changes rounding (else None); raises Illegal when a dependence
+    between them would be reversed."""
     a, b = program.nests[i], program.nests[i + 1]
     if depth < 1 or depth > common_depth(a, b):
         raise Illegal("the nests do not share that many loops")
@@ -358,7 +359,7 @@ def fuse_nests(program: Program, i: int, depth: int) -> tuple[Nest, tuple[str, .
         facts = facts + (f"{', '.join(contracted)} is a product added to another value in the same iteration: "
                          "the compiler forwards it from the store and fuses the multiply-add (one rounding "
                          "instead of two), so the results agree within rounding, not bit for bit",)
-    return fused, facts, effect, "reassociating" if contracted else "exact"
+    return fused, facts, effect, "reassociating" if contracted else None
 
 
 def contracted_products(first, second) -> list[str]:
