@@ -1,0 +1,208 @@
+"""Timing of program states in groups (issue 24): every state of one original, measured once.
+
+The data lake times each distinct program state its release refers to (the originals, and the
+before and after state of every released step) once per machine; a step's effect is then the ratio
+of its two states' times. A group is one original program with all its states: they share a
+signature, so one set of argument tensors serves them all, and they are measured in one session,
+interleaved (shared/DESIGN.md, "Timing protocol"): round r times every state once, in program order
+on even rounds and in reverse order on odd ones, so that a drift of the machine hits every state
+alike and each step's before and after are compared within the same minutes.
+
+Repeats follow the spread that is measured: after `min_rounds` rounds a state whose relative
+interquartile range is at most `target_spread` is done; the others get more rounds, up to
+`max_rounds` (or until the group has used `max_measure_s`). Each sample is TVM's `time_evaluator`
+mean over at least `min_repeat_ms` of back-to-back runs.
+
+Builds are made as a program is deployed (TVM's default LLVM optimisation; the per-call argument
+checks left out, see TIMING_PASS_CONFIG), and first, outside the machine's timing lock, on every
+core: TVM's compiler releases the GIL, so a thread per core compiles the group's states side by side.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from gpu_tasks.cache import BuildCache, Built
+from gpu_tasks.fingerprint import machine_fingerprint
+from gpu_tasks.guard import DEFAULT_LIMITS, Limits
+from gpu_tasks.inputs import draw_inputs, plan_from_facts
+from gpu_tasks.jobs import VerificationFailed, describe_error, load_program, load_signature
+from gpu_tasks.machine_lock import timing_lock
+from gpu_tasks.runner import device_for, make_arguments
+from gpu_tasks.threads import logical_cpus
+
+DEFAULT_MIN_ROUNDS = 3
+DEFAULT_MAX_ROUNDS = 9
+DEFAULT_TARGET_SPREAD = 0.03
+DEFAULT_SAMPLE_MS = 4
+DEFAULT_MAX_MEASURE_S = 120.0
+# TVM's argument checks (ndim, dtype, shape of each tensor) run once per call, outside the loops: a
+# constant of well under a microsecond that no state's time depends on, while they add a fifth to a
+# state's build (measured on the default profile's states). The lake's states are always called with
+# tensors made from their signature.
+TIMING_PASS_CONFIG = {"tirx.disable_assert": True}
+
+
+@dataclass(frozen=True)
+class StateGroupRequest:
+    """Time `states` (LEIR texts of programs with the same `signature`, JSON text) in one session."""
+
+    states: tuple[str, ...]
+    signature: str
+    target: str = "llvm"
+    arch: str = "sm_90"
+    min_rounds: int = DEFAULT_MIN_ROUNDS
+    max_rounds: int = DEFAULT_MAX_ROUNDS
+    target_spread: float = DEFAULT_TARGET_SPREAD
+    min_repeat_ms: int = DEFAULT_SAMPLE_MS
+    max_measure_s: float = DEFAULT_MAX_MEASURE_S
+    seed: int = 0
+    limits: Limits = DEFAULT_LIMITS
+    lock_path: str | None = None
+    form: str = "plain"
+    build_threads: int = 0  # 0: one per logical CPU
+    llvm_opt_level: int | None = None  # None: TVM's default (3), as deployed
+
+
+@dataclass(frozen=True)
+class StateTime:
+    """One state's measurement: `status` `ok` with its samples (µs per run, in round order), their
+    median and relative interquartile range; or the failure status (`invalid`, `build_error`,
+    `runtime_error`) with `error`."""
+
+    status: str
+    samples_us: tuple[float, ...] = ()
+    median_us: float | None = None
+    spread: float | None = None
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass(frozen=True)
+class GroupTiming:
+    """The states' times in request order, the session's fingerprint and what it cost."""
+
+    states: tuple[StateTime, ...]
+    fingerprint: dict = field(default_factory=dict)
+    rounds: int = 0
+    build_s: float = 0.0
+    measure_s: float = 0.0
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def time_states_job(request: StateGroupRequest) -> GroupTiming:
+    """Build every state, then measure the ones that built in interleaved rounds (a worker's job)."""
+    start = time.perf_counter()
+    outcome: list[StateTime | None] = [None] * len(request.states)
+    try:
+        signature = load_signature(request.signature)
+    except VerificationFailed as failed:
+        bad = StateTime(failed.verification.status, error=failed.verification.error)
+        return GroupTiming(tuple(bad for _ in request.states))
+    loaded = {}
+    for i, text in enumerate(request.states):
+        try:
+            loaded[i] = load_program(f"state {i}", text, signature, request.limits)
+        except VerificationFailed as failed:
+            outcome[i] = StateTime(failed.verification.status, error=failed.verification.error)
+    built = _build_all(loaded, signature, request)
+    for i, b in built.items():
+        if isinstance(b, str):
+            outcome[i] = StateTime("build_error", error=b)
+    ready = [i for i in sorted(built) if not isinstance(built[i], str)]
+    build_s = time.perf_counter() - start
+    rounds, fingerprint, measure_start = 0, {}, time.perf_counter()
+    if ready:
+        facts = [loaded[i].facts for i in ready]
+        inputs = draw_inputs(signature, plan_from_facts(signature, facts), 0, request.seed)
+        try:
+            device = device_for(request.target)
+            args = make_arguments(signature, inputs, device)  # inputs are never written: one set for all
+            evaluators = [built[i].executable.mod.time_evaluator("main", device, number=1, repeat=1,
+                                                                  min_repeat_ms=int(request.min_repeat_ms))
+                          for i in ready]
+            with timing_lock(request.lock_path):
+                samples, rounds = measure_rounds(evaluators, args, request)
+            fingerprint = session_fingerprint(request.target, request.arch)
+            for i, s in zip(ready, samples, strict=True):
+                us = [v * 1e6 for v in s]
+                outcome[i] = StateTime("ok", tuple(us), float(np.median(us)), relative_iqr(us))
+        except Exception as e:
+            for i in ready:
+                outcome[i] = StateTime("runtime_error", error=describe_error(e))
+    return GroupTiming(tuple(outcome), fingerprint, rounds, round(build_s, 3),  # type: ignore[arg-type]
+                       round(time.perf_counter() - measure_start, 3))
+
+
+def session_fingerprint(target: str = "llvm", arch: str = "sm_90") -> dict:
+    """The machine fingerprint of timings made here for `target` (its full target string, the CPU
+    included): what the timing rows of one machine share (a pool job: the worker's thread settings)."""
+    from leir.lower import make_target
+
+    return machine_fingerprint(str(make_target(target, arch)))
+
+
+def measure_rounds(evaluators: Sequence, args: list, request: StateGroupRequest) -> tuple[list[list[float]], int]:
+    """Seconds per run of each evaluator, in interleaved rounds (forward, then reverse order); after
+    `min_rounds`, only evaluators whose spread is above `target_spread` go on, up to `max_rounds` or
+    until `max_measure_s` have passed."""
+    for evaluate in evaluators:
+        evaluate(*args)  # warm-up: caches, page faults, the thread pool's start
+    samples: list[list[float]] = [[] for _ in evaluators]
+    live = list(range(len(evaluators)))
+    start, rounds = time.perf_counter(), 0
+    while live and rounds < request.max_rounds:
+        order = live if rounds % 2 == 0 else list(reversed(live))
+        for i in order:
+            samples[i].append(float(evaluators[i](*args).mean))
+        rounds += 1
+        if rounds >= request.min_rounds:
+            if time.perf_counter() - start > request.max_measure_s:
+                break
+            live = [i for i in live if relative_iqr(samples[i]) > request.target_spread]
+    return samples, rounds
+
+
+def relative_iqr(values: Sequence[float]) -> float:
+    """Interquartile range over the median (0 for fewer than two values)."""
+    if len(values) < 2:
+        return 0.0
+    q25, median, q75 = np.percentile(values, [25, 50, 75])
+    return float((q75 - q25) / median) if median > 0 else 0.0
+
+
+def _build_all(loaded: dict, signature, request: StateGroupRequest) -> dict[int, Built | str]:
+    """Each loaded state's executable (deploy options), or the build error's text. Lowering runs here
+    (Python); compiling runs in threads, one per core, each distinct function once."""
+    cache = BuildCache(capacity=max(1, len(loaded)), pass_config=TIMING_PASS_CONFIG,
+                       llvm_opt_level=request.llvm_opt_level)
+    target = cache._target(request.target, request.arch)
+    funcs: dict[int, object] = {}
+    out: dict[int, Built | str] = {}
+    from leir.lower import lower_to_primfunc
+
+    for i, state in loaded.items():
+        try:
+            funcs[i] = lower_to_primfunc(state.program, signature, target_kind=request.target, form=request.form)
+        except Exception as e:
+            out[i] = f"state {i}: {describe_error(e)}"
+    threads = request.build_threads or logical_cpus()
+
+    def compile_one(i: int) -> tuple[int, Built | str]:
+        try:
+            return i, cache._compile(funcs[i], target)
+        except Exception as e:
+            return i, f"state {i}: {describe_error(e)}"
+
+    with ThreadPoolExecutor(max_workers=max(1, threads)) as ex:
+        out.update(ex.map(compile_one, sorted(funcs)))
+    return out
