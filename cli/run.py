@@ -12,8 +12,8 @@ import typer
 from cli.common import fail
 from flows.config import ROOT, load_params
 
-STAGE_NAMES = ("generate", "transform", "verify", "filter", "tokens", "search", "report", "validate", "release",
-               "measure")
+STAGE_NAMES = ("generate", "transform", "verify", "filter", "tokens", "measure", "cost_model", "search", "report",
+               "validate", "release")
 ProfileOpt = Annotated[str | None, typer.Option(help="Profile of params.yaml (default: its `profile`).")]
 LakeOpt = Annotated[Path, typer.Option(help="The lake folder.")]
 ReportsOpt = Annotated[Path, typer.Option(help="Where reports (JSON metrics, PNG plots) go.")]
@@ -66,8 +66,7 @@ def register(app: typer.Typer) -> None:
                 fail(f"release refused by the gate:\n{e}", code=1)
 
     @app.command("stage")
-    def stage(name: Annotated[str, typer.Argument(help=f"One of: {', '.join(STAGE_NAMES)} (measure: optional "
-                                                  "timings of released steps, not in the default chain).")],
+    def stage(name: Annotated[str, typer.Argument(help=f"One of: {', '.join(STAGE_NAMES)}.")],
               profile: ProfileOpt = None, lake: LakeOpt = Path("lake"), reports: ReportsOpt = Path("reports")):
         """Run one stage as a Prefect flow (what each DVC stage in dvc.yaml calls)."""
         if name not in STAGE_NAMES:

@@ -10,11 +10,11 @@ from flows.prefect_env import configure
 
 configure()
 
-from prefect import flow, task  # noqa: E402
+from prefect import flow  # noqa: E402
 from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
 from flows.config import Params  # noqa: E402
-from flows.tasks import key_from_arg, run_tasks, shared_pool, stage_key, write_table  # noqa: E402
+from flows.tasks import run_tasks, shard_task, shared_pool, stage_key, write_table  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ def generate_shard(shard: Shard, params, pool=None) -> list[dict]:
 
 
 
-@task(cache_key_fn=key_from_arg, persist_result=True)
+@shard_task
 def generate_task(key: str, shard: Shard, raw: dict, profile: str) -> list[dict]:
     params = Params(raw, profile)
     return generate_shard(shard, params, shared_pool(params))

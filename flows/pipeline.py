@@ -1,8 +1,8 @@
 """The pipeline as Prefect flows: one flow per stage (a DVC stage runs one; each lives in the module
 named after its stage), and `pipeline_flow` that runs them all in order.
 
-generate -> transform -> verify -> filter -> tokens -> search -> report -> validate -> release, plus
-the optional `measure` stage. Shared task helpers (cache keys, progress, writing shards) live in
+generate -> transform -> verify -> filter -> tokens -> measure -> cost_model -> search -> report ->
+validate -> release. Shared task helpers (cache keys, progress, writing shards) live in
 `flows.tasks`; stage modules import it and never this module.
 """
 from __future__ import annotations
@@ -19,6 +19,7 @@ from prefect import flow  # noqa: E402
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings  # noqa: E402
 
 from flows.config import Params  # noqa: E402
+from flows.cost_model import cost_model_flow  # noqa: E402
 from flows.filtering import filter_flow  # noqa: E402
 from flows.generate import generate_flow  # noqa: E402
 from flows.measure import measure_flow  # noqa: E402
@@ -33,10 +34,11 @@ from flows.verify import verify_flow  # noqa: E402
 
 __all__ = ["STAGES", "STAGE_FLOWS", "GateFailed", "gate_refusal", "run_stage", "pipeline_flow", "dask_runner"]
 
-STAGES = ("generate", "transform", "verify", "filter", "tokens", "search", "report", "validate", "release")
+STAGES = ("generate", "transform", "verify", "filter", "tokens", "measure", "cost_model", "search", "report",
+          "validate", "release")
 STAGE_FLOWS = {"generate": generate_flow, "transform": transform_flow, "verify": verify_flow,
-               "filter": filter_flow, "tokens": tokens_flow, "search": search_flow, "report": report_flow,
-               "validate": validate_flow, "release": release_flow, "measure": measure_flow}
+               "filter": filter_flow, "tokens": tokens_flow, "measure": measure_flow, "cost_model": cost_model_flow,
+               "search": search_flow, "report": report_flow, "validate": validate_flow, "release": release_flow}
 
 
 def run_stage(stage: str, params: Params, lake: Path, reports: Path, task_runner=None, **extra) -> dict:

@@ -49,9 +49,13 @@ TABLES: dict[str, TableSpec] = {t.name: t for t in (
     TableSpec("verifications", ("step_id", "target"), _schema(
         ("step_id", S), ("target", S), ("status", S), ("max_abs_err", F64), ("max_rel_err", F64),
         ("rel_l2_err", F64), ("draws", I64), ("bitwise_equal", B), ("error_message", S), ("tvm_version", S))),
-    TableSpec("timings", ("step_id", "target", "run_id"), _schema(
-        ("step_id", S), ("target", S), ("run_id", S), ("before_us", F64), ("after_us", F64), ("speedup", F64),
-        ("repeats", I64), ("spread", F64), ("machine", S))),
+    # issue 24: one row per program state, target and machine (a measurement, not deterministic data):
+    # the median of `samples_us` (interleaved rounds of one session per original program) and its
+    # relative interquartile range; per-step effects are derived from two states' rows (flows.effects)
+    TableSpec("timings", ("state_id", "target", "machine_id"), _schema(
+        ("state_id", S), ("target", S), ("machine_id", S), ("program_id", S), ("family", S), ("leir", S),
+        ("status", S), ("time_us", F64), ("spread", F64), ("rounds", I64), ("samples_us", pa.list_(F64)),
+        ("min_repeat_ms", I64), ("machine", S), ("run_id", S), ("error", S))),
     TableSpec("samples", ("sample_id",), _schema(
         ("sample_id", S), ("split", S), ("prompt", S), ("answer", S), ("step_ids", S), ("strategies", S),
         ("prompt_tokens", I64), ("answer_tokens", I64))),
@@ -73,7 +77,9 @@ TABLES: dict[str, TableSpec] = {t.name: t for t in (
     # issue 8: best trajectories of the search stage (steps: JSON list of step ids, root first)
     TableSpec("trajectories", ("trajectory_id",), _schema(
         ("trajectory_id", S), ("program_id", S), ("driver", S), ("policy", S), ("seed", I64), ("steps", S),
-        ("speedups", S), ("best_speedup", F64), ("states_verified", I64), ("wall_s", F64))),
+        ("speedups", S), ("best_speedup", F64), ("states_verified", I64), ("wall_s", F64),
+        # issue 24: the root's time and each state's (µs, the search's own sessions), and the machine
+        ("root_us", F64), ("times_us", S), ("machine", S))),
 )}
 
 
@@ -157,10 +163,32 @@ def build_catalog(lake: Path) -> Path:
                     "JOIN verifications v USING (step_id) WHERE v.status IN ('exact', 'close')")
         # Single steps and the multi-step records of the search trajectories, in one steps schema.
         con.execute("CREATE VIEW steps_all AS SELECT * FROM steps UNION ALL BY NAME SELECT * FROM trajectory_steps")
+        con.execute(_step_effects_sql())
     finally:
         con.close()
     os.replace(tmp, path)
     return path
+
+
+def _step_effects_sql() -> str:
+    """Each step's two states' times on every machine that timed both, and its effect by the rule of
+    gpu_tasks.effect (the same constants)."""
+    from gpu_tasks.effect import MIN_EFFECT, SPREADS
+
+    margin = f"greatest({MIN_EFFECT}, {SPREADS} * greatest(b.spread, a.spread))"
+    return f"""CREATE VIEW step_effects AS
+        WITH st AS (
+            SELECT s.step_id, s.program_id, s.strategy, s.level,
+                   CASE WHEN s.parent_step_id IS NULL THEN s.program_id ELSE p.after_program_id END AS before_state_id,
+                   s.after_program_id AS after_state_id
+            FROM steps s LEFT JOIN steps p ON p.step_id = s.parent_step_id)
+        SELECT st.*, b.machine_id, b.target, b.time_us AS before_us, a.time_us AS after_us,
+               b.time_us / a.time_us AS speedup, greatest(b.spread, a.spread) AS spread,
+               CASE WHEN b.time_us / a.time_us > 1 + {margin} THEN 'faster'
+                    WHEN b.time_us / a.time_us < 1 / (1 + {margin}) THEN 'slower' ELSE 'neutral' END AS effect
+        FROM st JOIN timings b ON b.state_id = st.before_state_id AND b.status = 'ok'
+        JOIN timings a ON a.state_id = st.after_state_id AND a.machine_id = b.machine_id AND a.target = b.target
+                      AND a.status = 'ok'"""
 
 
 def _view_sql(lake: Path, name: str, spec: TableSpec) -> str:
@@ -172,6 +200,8 @@ def _view_sql(lake: Path, name: str, spec: TableSpec) -> str:
 
 
 def _duck_type(t: pa.DataType) -> str:
+    if pa.types.is_list(t):
+        return _duck_type(t.value_type) + "[]"
     return {pa.string(): "VARCHAR", pa.int64(): "BIGINT", pa.float64(): "DOUBLE", pa.bool_(): "BOOLEAN"}[t]
 
 
@@ -201,9 +231,9 @@ def release_inputs(lake: Path, params=None):
     con = duckdb.connect()
     for name in ("programs", "steps", "verifications", "samples"):
         con.register(name, read_table(lake, name))
-    released_ids = {i for row in read_table(lake, "samples").column("step_ids").to_pylist() for i in json.loads(row)}
-    con.register("released", pa.table({"step_id": sorted(released_ids)}))
-    steps = con.sql("""SELECT s.step_id, s.program_id, s.strategy, s.level, s.after_leir, s.exactness, v.status,
+    con.register("released", pa.table({"step_id": released_ids(lake)}))
+    steps = con.sql("""SELECT s.step_id, s.program_id, s.strategy, s.level, s.before_leir, s.after_leir, s.exactness,
+                              v.status,
                               p.family
                        FROM steps s JOIN released USING (step_id) JOIN programs p USING (program_id)
                        JOIN verifications v USING (step_id) ORDER BY s.step_id""").to_arrow_table()
@@ -212,6 +242,17 @@ def release_inputs(lake: Path, params=None):
         ORDER BY 1""").fetchall()]
     con.close()
     return steps, producible
+
+
+def released_ids(lake: Path) -> list[str]:
+    """The step ids the samples release, sorted."""
+    return sorted({i for row in read_table(lake, "samples").column("step_ids").to_pylist() for i in json.loads(row)})
+
+
+def released_step_rows(lake: Path) -> list[dict]:
+    """The whole `steps` rows of the released steps, by step id."""
+    wanted = set(released_ids(lake))
+    return [r for r in read_table(lake, "steps").to_pylist() if r["step_id"] in wanted]
 
 
 def strategy_coverage(lake: Path, released: pa.Table) -> list[dict]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import time
 from functools import cache
 from pathlib import Path
 
@@ -39,7 +40,8 @@ CODE_PACKAGES = tuple(dict.fromkeys(p for pkgs in STAGE_CODE.values() for p in p
 # the keys of the families already built as they were (incremental builds).
 STAGE_PROFILE_KEYS = {
     "generate": ("workload_profile", "instances_per_workload", "dtypes"),
-    "transform": ("max_variants_per_site", "max_steps_per_program_strategy", "inline_depth", "leir_extensions"),
+    "transform": ("max_variants_per_site", "max_steps_per_program_strategy", "inline_depth", "inline_branches",
+                  "leir_extensions"),
     "verify": (),
     "tokens": ("token_states_per_family",),
     "search": (),
@@ -63,6 +65,17 @@ def code_hash(packages: tuple[str, ...] = CODE_PACKAGES) -> str:
 def key_from_arg(context, parameters) -> str:
     """The `cache_key_fn` of shard tasks: the task's name and its `key` argument."""
     return f"{context.task.name}-{parameters['key']}"
+
+
+def shard_task(fn):
+    """A cached shard task (key: its `key` argument), its result persisted zlib-compressed: rows of LEIR
+    text pickle to ten times their Parquet size (the release build's cache reached 1.2 GB as plain
+    pickle; Prefect's own `compressed/pickle` uses lzma, minutes of CPU at that size)."""
+    from prefect import task
+    from prefect.serializers import CompressedSerializer
+
+    return task(cache_key_fn=key_from_arg, persist_result=True,
+                result_serializer=CompressedSerializer(serializer="pickle", compressionlib="zlib"))(fn)
 
 
 def stage_key(stage: str, params: Params, lake: Path, *content) -> str:
@@ -120,17 +133,83 @@ def by_family(table, column="family") -> dict[str, list[dict]]:
 
 
 def run_tasks(label: str, calls: list[tuple[str, object, tuple]]) -> dict[str, list[dict]]:
-    """Submit (name, task, args) and collect in order, with a progress bar."""
-    from rich.progress import Progress
-
+    """Submit (name, task, args) and collect in order, with the stage's progress (shards, rows, rate,
+    time left)."""
     futures = [(name, t.submit(*args)) for name, t, args in calls]
     results = {}
-    with Progress(console=console, transient=True) as progress:
-        bar = progress.add_task(label, total=len(futures))
+    with StageProgress(label, total=len(futures)) as progress:
         for name, fut in futures:
             results[name] = fut.result()
-            progress.advance(bar)
+            progress.shard_done(name, _rows_of(results[name]))
     return results
+
+
+def _rows_of(result) -> int:
+    if isinstance(result, list):
+        return len(result)
+    if isinstance(result, dict):
+        return sum(len(v) for v in result.values() if isinstance(v, list))
+    return 0
+
+
+class StageProgress:
+    """A stage's progress: shards done of all, rows, rate and the time left. A Rich progress bar on a
+    terminal; otherwise (a log, `dvc repro` in a pipe, a scheduled run) one line per shard, so that a
+    20-minute stage never runs silent. `items` counts work inside the shards (states, steps) when the
+    stage knows it; the estimate then follows the items, else the shards."""
+
+    def __init__(self, label: str, total: int, unit: str = "rows", items: int | None = None):
+        self.label, self.total, self.unit, self.items = label, total, unit, items
+        self.done = self.rows = 0
+        self.start = time.perf_counter()
+        self._progress = self._bar = None
+
+    def __enter__(self) -> StageProgress:
+        if console.is_terminal and self.total:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                      TextColumn("{task.fields[detail]}"), TimeRemainingColumn(),
+                                      console=console, transient=True)
+            self._progress.start()
+            self._bar = self._progress.add_task(self.label, total=self.items or self.total, detail="")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    def shard_done(self, name: str, rows: int = 0) -> None:
+        """One shard finished with `rows` rows."""
+        self.done += 1
+        self.rows += rows
+        self._show(1 if not self.items else 0, f"shard {self.done}/{self.total} ({name})")
+
+    def advance(self, items: int, rows: int | None = None) -> None:
+        """`items` more of the stage's inner work done (one group, one batch)."""
+        self.done += 1
+        self.rows += items if rows is None else rows
+        self._show(items, f"{self.done}/{self.total}")
+
+    def _show(self, step: int, where: str) -> None:
+        elapsed = time.perf_counter() - self.start
+        rate = self.rows / elapsed if elapsed > 0 else 0.0
+        detail = f"{self.rows:,} {self.unit}, {rate:,.1f}/s"
+        if self._progress is not None:
+            self._progress.update(self._bar, advance=step, detail=detail)
+            return
+        share = (self.rows / self.items) if self.items else (self.done / self.total if self.total else 1.0)
+        left = elapsed * (1 - share) / share if share > 0 else float("nan")
+        console.print(f"{self.label}: {where} done, {detail}, {elapsed:,.0f} s, ~{_duration(left)} left",
+                      soft_wrap=True, highlight=False)
+
+
+def _duration(seconds: float) -> str:
+    if seconds != seconds:  # NaN: nothing done yet
+        return "?"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
 def say(message: str) -> None:

@@ -19,13 +19,13 @@ from flows.prefect_env import configure
 
 configure()
 
-from prefect import flow, task  # noqa: E402
+from prefect import flow  # noqa: E402
 from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
 from flows.config import ROOT, Params  # noqa: E402
 from flows.keys import rank  # noqa: E402
 from flows.storage import read_table  # noqa: E402
-from flows.tasks import by_family, key_from_arg, run_tasks, stage_key, write_table  # noqa: E402
+from flows.tasks import by_family, run_tasks, shard_task, stage_key, write_table  # noqa: E402
 from flows.token_stats import (  # noqa: E402
     TOKENIZER,  # noqa: E402
     State,
@@ -45,7 +45,7 @@ def counting_code() -> str:
     return h.hexdigest()[:16]
 
 
-@task(cache_key_fn=key_from_arg, persist_result=True)
+@shard_task
 def tokens_task(key: str, states: list[dict]) -> list[dict]:
     return token_rows([State(**s) for s in states], workers=LOWERING_THREADS)
 

@@ -21,13 +21,13 @@ from flows.prefect_env import configure
 
 configure()
 
-from prefect import flow, task  # noqa: E402
+from prefect import flow  # noqa: E402
 from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
 from flows.config import Params  # noqa: E402
 from flows.keys import rank, stable_id  # noqa: E402
 from flows.storage import read_table  # noqa: E402
-from flows.tasks import by_family, key_from_arg, run_tasks, stage_key, write_table  # noqa: E402
+from flows.tasks import by_family, run_tasks, shard_task, stage_key, write_table  # noqa: E402
 
 PASSING = ("exact", "close")
 
@@ -55,7 +55,7 @@ def _steps_from(ctx, program_id: str, parent: str | None, depth: int, params) ->
     from strategies.registry import registered
 
     prof = params.profile
-    out = []
+    out, inlined = [], []
     for strategy in registered():
         if depth > 0 and strategy.level != "mathematical" and strategy.name != "compute_inline":
             continue
@@ -64,8 +64,23 @@ def _steps_from(ctx, program_id: str, parent: str | None, depth: int, params) ->
             row = step_row(t, program_id, parent, depth, ctx.signature)
             out.append(row)
             if t.strategy == "compute_inline" and depth < int(prof["inline_depth"]):
-                out.extend(_steps_from(ctx.with_program(t.after), program_id, row["step_id"], depth + 1, params))
+                inlined.append((row, t))
+    for row, t in _explored(inlined, prof, params.seed):
+        out.extend(_steps_from(ctx.with_program(t.after), program_id, row["step_id"], depth + 1, params))
     return out
+
+
+def _explored(inlined: list, prof: dict, seed: int) -> list:
+    """The compute_inline results whose own steps are enumerated: at most the profile's
+    `inline_branches` of them per state (a seeded choice; all without the key). Every inlining is a
+    step either way; the cap bounds the chains (8 inlinings of 8 inlinings of a 19-nest attention
+    block are 64 states, each with every mathematical strategy) inside the enumeration, where a cap
+    after it paid for steps it then dropped (the release build made 170,679 to keep 31,853)."""
+    branches = prof.get("inline_branches")
+    if branches is None or len(inlined) <= int(branches):
+        return inlined
+    ids = sorted((row["step_id"] for row, _ in inlined), key=lambda i: rank(seed, "inline", i))[:int(branches)]
+    return [(row, t) for row, t in inlined if row["step_id"] in ids]
 
 
 def step_row(t, program_id: str, parent: str | None, depth: int, signature) -> dict:
@@ -80,7 +95,7 @@ def step_row(t, program_id: str, parent: str | None, depth: int, signature) -> d
 
 
 
-@task(cache_key_fn=key_from_arg, persist_result=True)
+@shard_task
 def transform_task(key: str, programs: list[dict], raw: dict, profile: str) -> list[dict]:
     return transform_shard(programs, Params(raw, profile))
 

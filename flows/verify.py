@@ -8,7 +8,7 @@ from flows.prefect_env import configure
 
 configure()
 
-from prefect import flow, task  # noqa: E402
+from prefect import flow  # noqa: E402
 from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
 from flows.config import Params  # noqa: E402
@@ -18,9 +18,9 @@ from flows.tasks import (  # noqa: E402
     STAGE_CODE,
     code_hash,
     group,
-    key_from_arg,
     run_tasks,
     say,
+    shard_task,
     shared_pool,
     stage_key,
     write_table,
@@ -51,7 +51,7 @@ def _tvm_version() -> str:
     return version("apache-tvm")
 
 
-@task(cache_key_fn=key_from_arg, persist_result=True)
+@shard_task
 def verify_task(key: str, steps: list[dict], signatures: dict, raw: dict, profile: str) -> list[dict]:
     params = Params(raw, profile)
     return verify_shard(steps, signatures, params, shared_pool(params))

@@ -44,3 +44,31 @@ def test_selection_is_seeded_and_keeps_row_order():
     assert kept == sorted(kept, key=order.index)
     others = [cap_per_strategy(_shards(), cap=3, seed=s) for s in range(1, 6)]
     assert any(o["gemm"] != a["gemm"] for o in others)  # the seed decides which steps, not the row order
+
+
+def test_inline_branches_bound_the_chains_inside_the_enumeration():
+    """With `inline_branches`, only that many compute_inline results per state are rewritten further
+    (a seeded choice); every inlining is still a step, and the chains below the others are never made."""
+    import json
+
+    from flows.config import load_params
+    from flows.transform import transform_shard
+
+    sig = {"tensors": [{"name": "A", "shape": [8], "dtype": "float64", "role": "input"},
+                       {"name": "C", "shape": [8], "dtype": "float64", "role": "output"}]}
+    leir = ("B^{8}_{tx=0}[D^{f64,g}_{tx}=A^{f64,g}_{tx}+2;];B^{8}_{tx=0}[E^{f64,g}_{tx}=D^{f64,g}_{tx}*3;];"
+            "B^{8}_{tx=0}[F^{f64,g}_{tx}=exp(E^{f64,g}_{tx});];B^{8}_{tx=0}[C^{f64,g}_{tx}=F^{f64,g}_{tx}+1;];")
+    program = {"program_id": "p", "verification_status": "exact", "signature": json.dumps(sig), "leir": leir,
+               "rounding_share": 0.0}
+
+    def steps(branches):
+        profile = {"inline_depth": 2, **({"inline_branches": branches} if branches is not None else {})}
+        return transform_shard([program], load_params(profile="tiny", overrides={"profiles": {"tiny": profile}}))
+
+    every, bounded = steps(None), steps(1)
+    roots = [r for r in bounded if r["depth"] == 0 and r["strategy"] == "compute_inline"]
+    assert len(roots) >= 2  # several inlinings at the top, all of them steps
+    assert len({r["parent_step_id"] for r in bounded if r["depth"] == 1}) == 1  # one of them explored
+    assert len({r["parent_step_id"] for r in every if r["depth"] == 1}) == len(roots)
+    assert {r["step_id"] for r in bounded} < {r["step_id"] for r in every}
+    assert steps(1) == bounded  # seeded
