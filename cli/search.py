@@ -62,6 +62,11 @@ def search_command(
         cost_model: Annotated[bool, typer.Option(
             "--cost-model/--no-cost-model",
             help="Rank the policy's proposals with the cost model learned from this search's measurements.")] = True,
+        prior: Annotated[Path | None, typer.Option(
+            help="The offline cost model the ranking starts from, before this search has timed anything "
+                 "(default: lake/cost_model/model.json when the lake has one, the pipeline's cost_model "
+                 "stage output). --no-prior starts from the policy's own order.")] = None,
+        no_prior: Annotated[bool, typer.Option("--no-prior", help="Do not use an offline cost model.")] = False,
         as_json: Annotated[bool, typer.Option("--json", help="Print the result as one JSON object.")] = False):
     """Search for a faster equivalent of FILE: every state verified against the original and timed
     against it in the same session (speedup = original time / state time)."""
@@ -84,6 +89,7 @@ def search_command(
         except ValueError as e:
             fail(str(e))
     options["ranked"] = cost_model
+    options["prior"] = None if no_prior or not cost_model else _prior(prior)
     from search.runner import SearchSettings, run_search
 
     config = DriverConfig(depth=depth, branching=branching, width=width, ucb_c=ucb, iterations=iterations)
@@ -94,6 +100,24 @@ def search_command(
         sys.stdout.write(json.dumps(result, sort_keys=False) + "\n")
     else:
         _print(result)
+
+
+DEFAULT_PRIOR = Path("lake") / "cost_model" / "model.json"
+
+
+def _prior(path: Path | None):
+    """The offline cost model at `path` (an error when it cannot be read), or at the default place
+    when there is one there (none otherwise: the search starts from the policy's order)."""
+    from search.cost_model import PriorModel
+
+    if path is None:
+        if not DEFAULT_PRIOR.exists():
+            return None
+        path = DEFAULT_PRIOR
+    try:
+        return PriorModel.load(path)
+    except ValueError as e:
+        fail(str(e))
 
 
 def _read(file: str) -> str:

@@ -21,6 +21,7 @@ reports/search.{json,png} with PyTorch eager and MetaSchedule reference times si
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import statistics
@@ -32,13 +33,13 @@ from flows.prefect_env import configure
 
 configure()
 
-from prefect import flow, task  # noqa: E402
+from prefect import flow  # noqa: E402
 from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
 from flows.config import Params  # noqa: E402
 from flows.keys import stable_id  # noqa: E402
 from flows.storage import read_table  # noqa: E402
-from flows.tasks import key_from_arg, run_tasks, say, stage_key, write_table  # noqa: E402
+from flows.tasks import run_tasks, say, shard_task, stage_key, write_table  # noqa: E402
 from flows.transform import PASSING, step_row  # noqa: E402
 
 if TYPE_CHECKING:
@@ -78,11 +79,15 @@ def select_programs(programs: list[dict], cfg: dict) -> dict[str, list[dict]]:
     return dict(sorted(out.items()))
 
 
-def search_programs(programs: list[dict], cfg: dict, target: str) -> dict:
-    """Every driver on every program: trajectories rows, step rows, per-search summaries."""
+def search_programs(programs: list[dict], cfg: dict, target: str, prior_path: str | None = None) -> dict:
+    """Every driver on every program: trajectories rows, step rows, per-search summaries. `prior_path`:
+    the offline cost model the searches start from (the cost_model stage's output), if any."""
     from leir.signature import Signature
+    from search.cost_model import PriorModel
     from search.drivers import Budget, DriverConfig
     from search.runner import Pools, SearchSettings, run_search
+
+    prior = PriorModel.load(prior_path) if prior_path else None
 
     config = DriverConfig(int(cfg["depth"]), int(cfg["branching"]), int(cfg["width"]), float(cfg["ucb_c"]),
                           int(cfg["iterations"]))
@@ -95,8 +100,8 @@ def search_programs(programs: list[dict], cfg: dict, target: str) -> dict:
                 budget = Budget(int(cfg["budget"]), float(cfg["wall_s"]))
                 result = run_search(p["leir"], sig, driver, cfg["policy"], budget, int(cfg["seed"]), config=config,
                                     settings=settings, pools=pools, as_result=True,
-                                    policy_options={"ranked": bool(cfg["cost_model"])})
-                rows, row = trajectory_rows(result, p["program_id"], sig)
+                                    policy_options={"ranked": bool(cfg["cost_model"]), "prior": prior})
+                rows, row = trajectory_rows(result, p["program_id"], sig, pools.fingerprint())
                 trajectories.append(row)
                 steps.update((r["step_id"], r) for r in rows)
                 runs.append({"program_id": p["program_id"], "workload": p["workload"], "driver": driver,
@@ -106,8 +111,10 @@ def search_programs(programs: list[dict], cfg: dict, target: str) -> dict:
     return {"trajectories": trajectories, "steps": [steps[k] for k in sorted(steps)], "runs": runs}
 
 
-def trajectory_rows(result: SearchResult, program_id: str, signature: Signature) -> tuple[list[dict], dict]:
-    """The best trajectory as multi-step `steps` rows (parent_step_id, depth) and its `trajectories` row."""
+def trajectory_rows(result: SearchResult, program_id: str, signature: Signature,
+                    machine: dict | None = None) -> tuple[list[dict], dict]:
+    """The best trajectory as multi-step `steps` rows (parent_step_id, depth) and its `trajectories` row
+    (with each state's time and the root's, as measured in the search's sessions, and the machine)."""
     steps, parent = [], None
     for depth, node in enumerate(result.trajectory):
         row = step_row(node.action.transformation, program_id, parent, depth, signature)
@@ -119,13 +126,24 @@ def trajectory_rows(result: SearchResult, program_id: str, signature: Signature)
     row = {"trajectory_id": trajectory_id, "program_id": program_id, "driver": result.driver,
            "policy": result.policy, "seed": result.seed, "steps": json.dumps(step_ids),
            "speedups": json.dumps(speedups), "best_speedup": float(result.best.speedup),
-           "states_verified": result.states_verified, "wall_s": round(result.wall_s, 3)}
+           "states_verified": result.states_verified, "wall_s": round(result.wall_s, 3),
+           "root_us": result.best.root_us if result.trajectory else result.root.root_us,
+           "times_us": json.dumps([n.state_us for n in result.trajectory]),
+           "machine": json.dumps(machine, sort_keys=True) if machine else None}
     return steps, row
 
 
-@task(cache_key_fn=key_from_arg, persist_result=True)
-def search_task(key: str, programs: list[dict], cfg: dict, target: str) -> dict:
-    return search_programs(programs, cfg, target)
+@shard_task
+def search_task(key: str, programs: list[dict], cfg: dict, target: str, prior_path: str | None = None) -> dict:
+    return search_programs(programs, cfg, target, prior_path)
+
+
+def prior_model_path(lake: Path) -> Path | None:
+    """The cost_model stage's model in `lake`, when there is one."""
+    from flows.cost_model import MODEL_PATH
+
+    path = Path(lake) / MODEL_PATH
+    return path if path.exists() else None
 
 
 # --- references: PyTorch eager and MetaSchedule ---------------------------------------------------
@@ -305,7 +323,10 @@ def search_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
     cfg = search_params(params)
     families = select_programs(read_table(lake, "programs").to_pylist(), cfg)
     target = params.verify["target"]
-    calls = [(f, search_task, (stage_key("search", params, lake, rows, cfg), rows, cfg, target))
+    prior = prior_model_path(lake)
+    prior_hash = hashlib.sha256(prior.read_bytes()).hexdigest() if prior else None
+    calls = [(f, search_task, (stage_key("search", params, lake, rows, cfg, prior_hash), rows, cfg, target,
+                               str(prior) if prior else None))
              for f, rows in families.items()]
     results = run_tasks("search: drivers x programs", calls)
     n = write_table(lake, "trajectories", {f: r["trajectories"] for f, r in results.items()})

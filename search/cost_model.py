@@ -32,7 +32,7 @@ INNER_LOOPS = 3  # loops (innermost first) whose per-access strides are features
 FEATURE_NAMES: tuple[str, ...] = (
     ("log_iterations", "log_statements", "n_nests", "log_parallel_extent", "parallel_outer",
      "vector_width", "vector_share", "log_unrolled", "log_inner_extent", "log_reuse", "local_accumulator",
-     "local_accesses", "log_footprint", "exp_calls", "fast_exp_calls", "n_loops")
+     "local_accesses", "log_footprint", "exp_calls", "fast_exp_calls", "n_loops", "element_bits")
     + tuple(f"loop{k}_{c}" for k in range(INNER_LOOPS) for c in STRIDE_CLASSES)
     + tuple(f"loop{k}_{kind}" for k in range(INNER_LOOPS) for kind in ("L", "P", "V", "U"))
 )
@@ -52,6 +52,12 @@ def _strides(shape: tuple[int, ...] | None, acc: Access) -> dict[str, int] | Non
             out[var] = out.get(var, 0) + c * step
         step *= max(int(extent), 1)
     return out
+
+
+def _bits(code: str) -> int:
+    """Bits of a LEIR dtype code (`f32` -> 32, `bool` -> 8); float16 and float64 cost differently."""
+    digits = "".join(ch for ch in code if ch.isdigit())
+    return int(digits) if digits else 8
 
 
 def _stride_class(stride: int | None) -> str:
@@ -106,6 +112,7 @@ def program_features(program: Program) -> np.ndarray:
         f["n_loops"] += w * len(loops)
         accs = [*accesses(s.stmt.lhs), *accesses(s.stmt.rhs)]
         f["local_accumulator"] += w * float(s.stmt.lhs.scope == "l")
+        f["element_bits"] += w * _bits(s.stmt.lhs.dtype)
         f["local_accesses"] += w * sum(a.scope == "l" for a in accs)
         calls = [n for n in walk_expr(s.stmt.rhs) if isinstance(n, Call)]
         f["exp_calls"] += w * sum(c.fn == "exp" for c in calls)
@@ -129,21 +136,115 @@ def program_features(program: Program) -> np.ndarray:
     return np.array([f[n] for n in FEATURE_NAMES], dtype=np.float64)
 
 
+def _features(programs: list[Program] | np.ndarray) -> np.ndarray:
+    if isinstance(programs, np.ndarray):
+        return programs
+    return np.vstack([program_features(p) for p in programs]) if programs else np.zeros((0, len(FEATURE_NAMES)))
+
+
+def _booster_params(seed: int, depth: int = 4, eta: float = 0.2) -> dict:
+    return {"objective": "reg:squarederror", "max_depth": depth, "eta": eta, "subsample": 1.0,
+            "min_child_weight": 1.0, "seed": seed, "nthread": 1, "verbosity": 0}
+
+
+@dataclass
+class PriorModel:
+    """The offline cost model (issue 24): an XGBoost regressor of log2(time in µs) of a program state on
+    the machine that measured the lake's timings, trained on every timed state of a build. The search
+    starts from it: before any state of a new search is timed, proposals are ranked by the time it
+    predicts. Saved as one JSON file (the booster and what it was trained on)."""
+
+    booster: object = field(repr=False)
+    info: dict = field(default_factory=dict)
+
+    @classmethod
+    def train(cls, programs: list[Program] | np.ndarray, log2_us: list[float], seed: int = 0, rounds: int = 200,
+              info: dict | None = None) -> PriorModel:
+        import xgboost as xgb
+
+        x, y = _features(programs), np.asarray(log2_us, dtype=np.float64)
+        booster = xgb.train(_booster_params(seed, depth=6, eta=0.1), xgb.DMatrix(x, label=y), num_boost_round=rounds)
+        return cls(booster, {"features": list(FEATURE_NAMES), "rows": len(y), **(info or {})})
+
+    def log2_us(self, programs: list[Program] | np.ndarray) -> np.ndarray:
+        """Predicted log2 of each program's time in µs (lower is faster)."""
+        x = _features(programs)
+        if len(x) == 0:
+            return np.zeros(0)
+        import xgboost as xgb
+
+        return self.booster.predict(xgb.DMatrix(x)).astype(np.float64)
+
+    def save(self, path) -> None:
+        import json
+        import os
+        import tempfile
+        from pathlib import Path
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        raw = self.booster.save_raw("json").decode()
+        text = json.dumps({"format": "steptp-cost-model/1", "info": self.info, "booster": json.loads(raw)},
+                          sort_keys=True) + "\n"
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path) -> PriorModel:
+        """The model saved at `path`; ValueError when the file is not one (or was made with other features)."""
+        import json
+        from pathlib import Path
+
+        import xgboost as xgb
+
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"cannot read the cost model {path}: {e}") from None
+        if not isinstance(data, dict) or data.get("format") != "steptp-cost-model/1":
+            raise ValueError(f"{path} is not a steptp cost model")
+        if data.get("info", {}).get("features") != list(FEATURE_NAMES):
+            raise ValueError(f"{path} was trained on other features than this version computes; rebuild it "
+                             "(`steptp stage cost_model`)")
+        booster = xgb.Booster(params={"nthread": 1})
+        booster.load_model(bytearray(json.dumps(data["booster"]).encode()))
+        return cls(booster, data["info"])
+
+
 @dataclass
 class CostModel:
-    """XGBoost regressor of log speedup over the root, trained on (features, measured speedup)."""
+    """XGBoost regressor of log speedup over the root, trained on (features, measured speedup). With a
+    `prior` (the offline model), it predicts from the start: the prior's log speedup over the root
+    (`set_root`), and the online booster learns what the prior gets wrong for this program (its
+    predictions are the margin the booster starts from)."""
 
     seed: int = 0
     min_samples: int = 4
     rounds: int = 60
+    prior: PriorModel | None = None
     features: list[np.ndarray] = field(default_factory=list)
     targets: list[float] = field(default_factory=list)
     version: int = 0           # bumps on every retraining (rankings made before are stale)
     _booster: object = field(default=None, repr=False)
+    _root_log2: float | None = field(default=None, repr=False)
 
     @property
     def trained(self) -> bool:
         return self._booster is not None
+
+    def set_root(self, root: Program) -> None:
+        """The program speedups are measured against (needed by the prior)."""
+        if self.prior is not None and self._root_log2 is None:
+            self._root_log2 = float(self.prior.log2_us([root])[0])
+            self.version += 1
+
+    def _margin(self, x: np.ndarray) -> np.ndarray:
+        """The prior's predicted log speedup over the root (natural log, as the targets)."""
+        if self.prior is None or self._root_log2 is None or len(x) == 0:
+            return np.zeros(len(x))
+        return (self._root_log2 - self.prior.log2_us(x)) * math.log(2)
 
     def add(self, program: Program, speedup: float) -> None:
         """One measurement; retrains (a few milliseconds) when enough are known."""
@@ -159,20 +260,20 @@ class CostModel:
 
         x = np.vstack(self.features)
         y = np.asarray(self.targets)
-        params = {"objective": "reg:squarederror", "max_depth": 4, "eta": 0.2, "subsample": 1.0,
-                  "min_child_weight": 1.0, "seed": self.seed, "nthread": 1, "verbosity": 0}
-        self._booster = xgb.train(params, xgb.DMatrix(x, label=y), num_boost_round=self.rounds)
+        data = xgb.DMatrix(x, label=y, base_margin=self._margin(x))
+        self._booster = xgb.train(_booster_params(self.seed), data, num_boost_round=self.rounds)
         self.version += 1
 
     def predict(self, programs: list[Program] | np.ndarray) -> np.ndarray:
-        """Predicted log speedup of each program (higher is faster); zeros while untrained."""
-        x = programs if isinstance(programs, np.ndarray) else (
-            np.vstack([program_features(p) for p in programs]) if programs else np.zeros((0, len(FEATURE_NAMES))))
+        """Predicted log speedup of each program (higher is faster); the prior's alone while the
+        online booster is untrained, zeros without either."""
+        x = _features(programs)
+        margin = self._margin(x)
         if not self.trained or len(x) == 0:
-            return np.zeros(len(x))
+            return margin
         import xgboost as xgb
 
-        return self._booster.predict(xgb.DMatrix(x))
+        return self._booster.predict(xgb.DMatrix(x, base_margin=margin))
 
 
 @dataclass
@@ -192,6 +293,7 @@ class RankedPolicy(Policy):
             self.model.add(node.program, node.speedup)
 
     def actions(self, ctx: Context, node: Node, want: int) -> Iterator[Action]:
+        self.model.set_root(node.path()[0].program)
         pending: list[Action] = []
         for action in self.inner.actions(ctx, node, want):
             pending.append(action)

@@ -234,13 +234,16 @@ class LlmPolicy(Policy):
 def make_policy(name: str, seed: int = 0, **options) -> Policy:
     """`library` / `random` (options: per_strategy, per_site) or `llm` (options: config or
     base_url/model/api_key, proposals, parse). `ranked=True` (any policy) puts the learned cost model
-    (`search.cost_model`) in front: the policy proposes, the model orders the proposals."""
+    (`search.cost_model`) in front: the policy proposes, the model orders the proposals; `prior` (a
+    `search.cost_model.PriorModel`, the offline model learned from a lake) ranks them before the search
+    has timed anything."""
     ranked = bool(options.pop("ranked", False))
+    prior = options.pop("prior", None)
     policy = _base_policy(name, seed, options)
     if ranked:
         from search.cost_model import CostModel, RankedPolicy
 
-        return RankedPolicy(policy, CostModel(seed=seed))
+        return RankedPolicy(policy, CostModel(seed=seed, prior=prior))
     return policy
 
 

@@ -75,6 +75,14 @@ class Pools:
         self.verify = self._stack.enter_context(WorkerPool(workers=workers, timeout_s=timeout_s))
         self.timing = self._stack.enter_context(timing_pool())
 
+    def fingerprint(self, target: str = "llvm") -> dict:
+        """The machine the timing pool measures on, as its worker sees it (threads included)."""
+        if getattr(self, "_fingerprint", None) is None:
+            from gpu_tasks.state_timing import session_fingerprint
+
+            self._fingerprint = self.timing.broadcast(session_fingerprint, target)[0]
+        return self._fingerprint
+
     def close(self) -> None:
         self._stack.close()
 

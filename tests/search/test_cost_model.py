@@ -147,3 +147,47 @@ def format_text(text: str) -> str:
     from leir.printer import format_program
 
     return format_program(parse_program(text))
+
+
+# --- the offline prior (issue 24) ---------------------------------------------------------------
+
+def test_prior_trained_on_one_search_ranks_the_other_and_round_trips(tmp_path):
+    from search.cost_model import PriorModel
+
+    root_us = 1000.0  # any root time: the prior learns log2 µs; ranks do not depend on the scale
+    train = [(parse_program(t), np.log2(root_us / s)) for t, s in recorded("beam_library")]
+    prior = PriorModel.train([p for p, _ in train], [y for _, y in train], seed=0, info={"machine": "test"})
+    test = recorded("mcts_library_model")
+    predicted = prior.log2_us([parse_program(t) for t, _ in test])
+    assert spearman(-predicted, [s for _, s in test]) > 0.5  # lower predicted time = higher speedup
+    prior.save(tmp_path / "m.json")
+    again = PriorModel.load(tmp_path / "m.json")
+    assert again.info["machine"] == "test" and again.info["rows"] == len(train)
+    assert np.allclose(again.log2_us([parse_program(t) for t, _ in test]), predicted)
+
+
+def test_prior_load_refuses_what_is_not_a_model(tmp_path):
+    from search.cost_model import PriorModel
+
+    (tmp_path / "x.json").write_text('{"format": "other"}')
+    with pytest.raises(ValueError, match="not a steptp cost model"):
+        PriorModel.load(tmp_path / "x.json")
+    with pytest.raises(ValueError, match="cannot read"):
+        PriorModel.load(tmp_path / "missing.json")
+
+
+def test_cost_model_with_a_prior_ranks_before_any_measurement():
+    from search.cost_model import PriorModel
+
+    rows = recorded("beam_library")
+    prior = PriorModel.train([parse_program(t) for t, _ in rows], [-np.log2(s) for _, s in rows], seed=0)
+    model = CostModel(seed=0, prior=prior)
+    model.set_root(parse_program(MM))
+    assert not model.trained
+    states = [parse_program(t) for t, _ in recorded("mcts_library_model")]
+    scores = model.predict(states)
+    assert np.any(scores != 0)  # the prior speaks before the search has timed anything
+    assert np.allclose(scores, (float(prior.log2_us([parse_program(MM)])[0]) - prior.log2_us(states)) * np.log(2))
+    for text, speedup in rows[:6]:  # measurements refine it: the online booster starts from the prior's margin
+        model.add(parse_program(text), speedup)
+    assert model.trained and model.predict(states).shape == (len(states),)

@@ -1,0 +1,115 @@
+"""The cost_model stage (issue 24): the offline cost model, learned from every state the build timed.
+
+`search.cost_model.PriorModel` (XGBoost, LEIR-tree features -> log2 µs) is trained on the `timings`
+rows of the machine that measured the release, and saved to `lake/cost_model/model.json` (a DVC
+output, copied into the release): `steptp search` ranks its first proposals by it, before any state
+of the new search is timed. Its ranking quality is measured the honest way, on families it never
+saw: a model trained on the train split's families ranks the test split's states, and
+`reports/cost_model.json` gives the Spearman correlation between predicted and measured times over
+all held-out states and within each held-out program (the ranking a search needs: states of one
+program), beside the number of rows.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from flows.prefect_env import configure
+
+configure()
+
+from prefect import flow  # noqa: E402
+
+from flows.config import Params  # noqa: E402
+from flows.effects import measuring_machine  # noqa: E402
+from flows.filtering import split_families  # noqa: E402
+from flows.storage import read_table  # noqa: E402
+from flows.tasks import say  # noqa: E402
+
+MODEL_PATH = Path("cost_model") / "model.json"
+MIN_STATES_PER_PROGRAM = 3  # a within-program correlation needs at least this many states
+
+
+def training_rows(lake: Path, target: str) -> tuple[list[dict], str | None]:
+    """The timed states of the measuring machine (ok rows), and its id."""
+    timings = [r for r in read_table(lake, "timings").to_pylist() if r["status"] == "ok" and r["target"] == target]
+    machine = measuring_machine(timings, {r["state_id"] for r in timings}, target)
+    return [r for r in timings if r["machine_id"] == machine], machine
+
+
+def spearman(a, b) -> float | None:
+    import pandas as pd
+
+    if len(a) < MIN_STATES_PER_PROGRAM:
+        return None
+    value = pd.Series(list(a)).corr(pd.Series(list(b)), method="spearman")
+    return None if value != value else float(value)  # NaN: a constant side
+
+
+def held_out_quality(rows: list[dict], features, split: dict[str, str], seed: int) -> dict:
+    """Train on the train families, rank the test families' states: Spearman overall and per program."""
+    import math
+    from statistics import median
+
+    from search.cost_model import PriorModel
+
+    train = [i for i, r in enumerate(rows) if split.get(r["family"]) == "train"]
+    test = [i for i, r in enumerate(rows) if split.get(r["family"]) == "test"]
+    if not train or len(test) < MIN_STATES_PER_PROGRAM:
+        return {"train_states": len(train), "test_states": len(test), "spearman": None, "spearman_within_program": None}
+    model = PriorModel.train(features[train], [math.log2(rows[i]["time_us"]) for i in train], seed=seed)
+    predicted = model.log2_us(features[test])
+    measured = [rows[i]["time_us"] for i in test]
+    per_program: dict[str, tuple[list, list]] = {}
+    for p, i in zip(predicted, test, strict=True):
+        a, b = per_program.setdefault(rows[i]["program_id"], ([], []))
+        a.append(p)
+        b.append(rows[i]["time_us"])
+    within = [s for a, b in per_program.values() if (s := spearman(a, b)) is not None]
+    return {"train_states": len(train), "test_states": len(test),
+            "test_families": sorted({rows[i]["family"] for i in test}),
+            "spearman": spearman(predicted, measured),
+            "spearman_within_program": median(within) if within else None,
+            "programs_within": len(within)}
+
+
+@flow(name="cost_model")
+def cost_model_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
+    import math
+
+    import numpy as np
+
+    from leir.parse import parse_program
+    from search.cost_model import PriorModel, program_features
+
+    params, lake = Params(raw, profile), Path(lake)
+    target = params.verify["target"]
+    rows, machine = training_rows(lake, target)
+    out = {"stage": "cost_model", "states": len(rows), "machine_id": machine}
+    path = lake / MODEL_PATH
+    if not rows:
+        path.unlink(missing_ok=True)
+        say("cost_model: no timed states; no model")
+        _write_report(Path(reports), {**out, "quality": None})
+        return out
+    rows = sorted(rows, key=lambda r: r["state_id"])
+    features = np.vstack([program_features(parse_program(r["leir"])) for r in rows])
+    families = [p["family"] for p in read_table(lake, "programs").select(["family"]).to_pylist()]
+    split = split_families(families, params.seed, float(params.filter["test_fraction"]))
+    quality = held_out_quality(rows, features, split, params.seed)
+    info = {"machine": json.loads(rows[0]["machine"]), "target": target, "trained_on": "all timed states",
+            "families": len({r["family"] for r in rows}), "held_out": quality}
+    PriorModel.train(features, [math.log2(r["time_us"]) for r in rows], seed=params.seed, info=info).save(path)
+    _write_report(Path(reports), {**out, "quality": quality})
+    say(f"cost_model: {len(rows)} states; held-out families: Spearman {_fmt(quality['spearman'])} over all "
+        f"states, {_fmt(quality['spearman_within_program'])} within a program (median)")
+    return {**out, "spearman": quality["spearman"], "spearman_within_program": quality["spearman_within_program"]}
+
+
+def _fmt(x) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def _write_report(reports: Path, data: dict) -> None:
+    reports.mkdir(parents=True, exist_ok=True)
+    (reports / "cost_model.json").write_text(json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
