@@ -18,7 +18,8 @@ from strategies.registry import ALL_NAMES, LEVEL_OF
 STATUSES = ["exact", "close", "mismatch", "build_error", "runtime_error", "timeout", "crash", "invalid"]
 SAMPLE_COLUMNS = ["sample_id", "split", "prompt", "answer", "step_ids", "strategies", "prompt_tokens",
                   "answer_tokens"]
-STEP_COLUMNS = ["step_id", "program_id", "strategy", "level", "after_leir", "exactness", "status", "family"]
+STEP_COLUMNS = ["step_id", "program_id", "strategy", "level", "before_leir", "after_leir", "exactness", "status",
+                "family", "unit_loop_scheduled"]
 
 
 @dataclass
@@ -33,6 +34,24 @@ class GateReport:
     def text(self) -> str:
         head = f"release gate: {'passed' if self.success else 'FAILED'} ({self.checked} expectations)"
         return "\n".join([head, *(f"- {f}" for f in self.failures)])
+
+
+SCHEDULING_KINDS = ("P", "V", "U", "B")  # parallel, vectorised, unrolled, bound: meaningless on one iteration
+
+
+def unit_scheduled_loops(leir_text: str) -> int:
+    """How many loops of extent 1 the program marks parallel, vectorised, unrolled or bound."""
+    from leir.analysis import iter_nests
+    from leir.parse import parse_program
+
+    return sum(1 for nest, _ in iter_nests(parse_program(leir_text)) for lp in nest.loops
+               if lp.extent == 1 and lp.kind in SCHEDULING_KINDS)
+
+
+def adds_unit_scheduled_loop(before: str | None, after: str) -> bool:
+    """Whether a step parallelises, vectorises, unrolls or binds a loop of extent 1 (originals bind
+    the extent-1 loop of a 0-d result themselves: only loops the step adds count)."""
+    return unit_scheduled_loops(after) > (unit_scheduled_loops(before) if before else 0)
 
 
 def derive_frames(samples: pd.DataFrame, steps: pd.DataFrame, producible: list[str]) -> dict[str, pd.DataFrame]:
@@ -55,6 +74,9 @@ def derive_frames(samples: pd.DataFrame, steps: pd.DataFrame, producible: list[s
             parses.append(False)
             matches.append(False)
     checked = samples.assign(answer_parses=parses, ir_matches_step=matches, family=families)
+    if "before_leir" in steps:  # issue 24: no step schedules a loop of one iteration
+        steps = steps.assign(unit_loop_scheduled=[adds_unit_scheduled_loop(b, a) for b, a in
+                                                  zip(steps["before_leir"], steps["after_leir"], strict=True)])
     splits = (checked.dropna(subset=["family"]).groupby("family")["split"].nunique().rename("n_splits")
               .reset_index())
     counts = steps["strategy"].value_counts()
@@ -91,6 +113,8 @@ def _suites(params) -> dict[str, list]:
             E.ExpectColumnValuesToBeInSet(column="level", value_set=sorted(set(LEVEL_OF.values()))),
             E.ExpectColumnValuesToBeInSet(column="exactness", value_set=["exact", "reassociating"]),
             E.ExpectColumnValuesToBeInSet(column="status", value_set=["exact", "close"]),  # every step verified
+            # issue 24: parallelising, vectorising, unrolling or binding a loop of extent 1 cannot help
+            E.ExpectColumnValuesToBeInSet(column="unit_loop_scheduled", value_set=[False]),
         ],
         "family_splits": [E.ExpectColumnValuesToBeBetween(column="n_splits", min_value=1, max_value=1)],
         "strategy_shares": [E.ExpectColumnValuesToBeBetween(column="share", min_value=0, max_value=max_share)],

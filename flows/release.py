@@ -8,7 +8,9 @@ import datetime
 import hashlib
 import json
 import re
+import shutil
 from collections import Counter as Tally
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -36,6 +38,65 @@ SEMVER_RULES = """\
 
 class ReleaseError(Exception):
     pass
+
+
+F64, I64, STR = pa.float64(), pa.int64(), pa.string()
+# The configs made of measurements (issue 24): never read by the deterministic ones.
+MEASURED_SCHEMAS = {
+    "measured": pa.schema([
+        ("step_id", STR), ("program_id", STR), ("family", STR), ("split", STR), ("strategy", STR), ("level", STR),
+        ("before_state_id", STR), ("after_state_id", STR), ("before_leir", STR), ("after_leir", STR),
+        ("verification", STR), ("exactness", STR), ("before_us", F64), ("after_us", F64), ("speedup", F64),
+        ("spread", F64), ("effect", STR), ("machine_id", STR)]),
+    "preference": pa.schema([
+        ("prompt", STR), ("chosen", STR), ("rejected", STR), ("split", STR), ("chosen_step_id", STR),
+        ("rejected_step_id", STR), ("chosen_strategy", STR), ("rejected_strategy", STR), ("chosen_us", F64),
+        ("rejected_us", F64), ("margin", F64), ("before_us", F64)]),
+    "trajectories": pa.schema([
+        ("trajectory_id", STR), ("program_id", STR), ("family", STR), ("workload", STR), ("dtype", STR),
+        ("split", STR), ("driver", STR), ("policy", STR), ("seed", I64), ("states", pa.list_(STR)),
+        ("strategies", pa.list_(STR)), ("params", pa.list_(STR)), ("times_us", pa.list_(F64)),
+        ("speedups", pa.list_(F64)), ("best_speedup", F64), ("steps", I64), ("states_verified", I64),
+        ("wall_s", F64), ("machine_id", STR), ("cpu", STR)]),
+}
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What a release says about speed, from the lake's measurements: per released step (`effects`),
+    preference pairs, the search's trajectories, the machine that measured them, the offline cost
+    model (its file and held-out quality)."""
+
+    effects: list[dict]
+    preference: list[dict]
+    trajectories: list[dict]
+    machine: dict | None
+    cost_model: Path | None = None
+    cost_model_quality: dict | None = None
+
+    def rows(self, config: str) -> list[dict]:
+        return {"measured": self.effects, "preference": self.preference, "trajectories": self.trajectories}[config]
+
+
+def measured_inputs(lake: Path, params, reports: Path | None = None) -> Measured:
+    """The release's measured parts, from the `timings`, `trajectories` and cost model of `lake`."""
+    from flows.cost_model import MODEL_PATH
+    from flows.effects import preference_pairs, release_trajectories, released_effects
+    from flows.filtering import split_families
+
+    target = params.verify["target"]
+    effects, machine = released_effects(lake, target)
+    samples = read_table(lake, "samples").to_pylist()
+    per_prompt = int(params.release.get("preference_pairs_per_prompt", 4))
+    pairs = preference_pairs(samples, effects, per_prompt)
+    families = read_table(lake, "programs").column("family").to_pylist()
+    split_of = split_families(families, params.seed, float(params.filter["test_fraction"]))
+    model = Path(lake) / MODEL_PATH
+    quality = None
+    if reports is not None and (Path(reports) / "cost_model.json").exists():
+        quality = json.loads((Path(reports) / "cost_model.json").read_text()).get("quality")
+    return Measured(effects, pairs, release_trajectories(lake, split_of), machine,
+                    model if model.exists() else None, quality)
 
 
 def parse_version(version: str) -> tuple[int, int, int]:
@@ -70,10 +131,12 @@ def next_version(released: list[str], configured: str, policy: str = "patch") ->
 
 def make_release(lake: Path, version: str, samples: pa.Table, steps: pa.Table, params, gate: dict,
                  filter_counters: list[dict], programs: pa.Table | None = None,
-                 coverage: list[dict] | None = None) -> Path:
+                 coverage: list[dict] | None = None, measured: Measured | None = None) -> Path:
     """Write the release folder; refuses a version that exists or is not above the last one.
     `programs` (the released steps' programs) adds the card's shape, family and dtype sections;
-    `coverage` (flows.storage.strategy_coverage) the section on strategies short of samples."""
+    `coverage` (flows.storage.strategy_coverage) the section on strategies short of samples;
+    `measured` the configs made of measurements (`measured`, `preference`, `trajectories`), the
+    card's effect sections and the offline cost model."""
     parse_version(version)
     releases = Path(lake) / "releases"
     earlier = previous_versions(releases)
@@ -101,10 +164,14 @@ def make_release(lake: Path, version: str, samples: pa.Table, steps: pa.Table, p
             for row in chat.to_pylist():
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
     pq.write_table(steps.sort_by("step_id"), tmp / "data" / "steps.parquet", compression="zstd")
+    if measured is not None:
+        _write_measured(tmp, measured, tables)
     per_strategy = dict(sorted(Tally(steps.column("strategy").to_pylist()).items()))
     shapes = _released_shapes(programs, steps, tmp / "shapes.png") if programs is not None else None
     info = dataset_info(tmp, tables)
-    card = _card(version, params, sizes, per_strategy, gate, filter_counters, info, date)
+    card = _card(version, params, sizes, per_strategy, gate, filter_counters, info, date, tables)
+    if measured is not None:
+        card += _measured_section(measured)
     if coverage is not None:
         card += _coverage_section(coverage, int(params.release.get("min_samples_per_strategy", 100)))
     if shapes is not None:
@@ -114,6 +181,87 @@ def make_release(lake: Path, version: str, samples: pa.Table, steps: pa.Table, p
     _write_croissant(tmp, version, params, tables, date)
     tmp.rename(out)
     return out
+
+
+def _write_measured(folder: Path, measured: Measured, tables: dict) -> None:
+    """`measured/`, `preference/`, `trajectories/` (a Parquet file per split that has rows) and the
+    offline cost model (`cost_model.json`)."""
+    for config, schema in MEASURED_SCHEMAS.items():
+        rows = measured.rows(config)
+        for split in SPLITS:
+            part = [r for r in rows if r.get("split") == split]
+            if not part:
+                continue
+            table = pa.Table.from_pylist([{k: r.get(k) for k in schema.names} for r in part], schema=schema)
+            key = [k for k in ("step_id", "prompt", "trajectory_id") if k in schema.names][0]
+            table = table.sort_by([(key, "ascending")] + ([("rejected_step_id", "ascending")]
+                                                         if config == "preference" else []))
+            (folder / config).mkdir(exist_ok=True)
+            pq.write_table(table, folder / config / f"{split}.parquet", compression="zstd")
+            tables.setdefault(config, {})[split] = table
+    if measured.cost_model is not None:
+        shutil.copyfile(measured.cost_model, folder / "cost_model.json")
+
+
+def _measured_section(m: Measured) -> str:
+    """The card's account of speed: the machine, the effect of the released steps per level and per
+    strategy, the preference pairs, the trajectories and the offline cost model."""
+    from flows.effects import effect_shares
+
+    lines = ["## Measured effects", ""]
+    if m.machine is None:
+        return "\n".join([*lines, "No state was timed: the `measured` and `preference` configs are empty.", ""])
+    measured = sum(1 for e in m.effects if e["effect"])
+    lines += [f"Every state the release refers to (originals, and each released step's before and after state) "
+              f"was timed on one machine: **{m.machine.get('cpu_model')}**, {m.machine.get('tvm_threads')} TVM "
+              f"threads, TVM {m.machine.get('tvm_version')}, target `{m.machine.get('target')}` (fingerprint "
+              f"`{m.machine.get('id')}`). One program's states were measured in one session, interleaved (round r "
+              "times every state once, the order reversed every other round), each sample at least a few "
+              "milliseconds of back-to-back runs, rounds added until each state's relative interquartile "
+              "range is small. A step is `faster` when before/after exceeds 1 by more than twice the larger "
+              "spread (and at least 2%), `slower` when it falls short by as much, `neutral` otherwise. "
+              f"{measured} of {len(m.effects)} released steps have a measured effect.", "",
+              "Effects are measurements of this machine: another CPU may rank the same steps differently. The "
+              "`default` and `chat` configs never depend on them (two rebuilds give the same bytes on any "
+              "machine); the `measured`, `preference` and `trajectories` configs do.", "",
+              "| level | steps | faster | neutral | slower |", "| --- | --- | --- | --- | --- |"]
+    shares = effect_shares(m.effects)
+    by_level: dict[str, dict] = {}
+    for e in shares.values():
+        agg = by_level.setdefault(e["level"], {"measured": 0, "faster": 0, "neutral": 0, "slower": 0})
+        for k in agg:
+            agg[k] += e[k]
+    lines += [f"| {lv} | {a['measured']} | {_pct(a['faster'], a['measured'])} | {_pct(a['neutral'], a['measured'])} | "
+              f"{_pct(a['slower'], a['measured'])} |" for lv, a in sorted(by_level.items())]
+    chosen = Tally(p["chosen_strategy"] for p in m.preference)
+    rejected = Tally(p["rejected_strategy"] for p in m.preference)
+    lines += ["", "| strategy | released steps | measured | faster | neutral | slower | preference pairs "
+              "(chosen / rejected) |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines += [f"| {k} | {e['released']} | {e['measured']} | {_pct(e['faster'], e['measured'])} | "
+              f"{_pct(e['neutral'], e['measured'])} | {_pct(e['slower'], e['measured'])} | "
+              f"{chosen.get(k, 0)} / {rejected.get(k, 0)} |" for k, e in shares.items()]
+    lines += ["", f"`preference`: {len(m.preference)} pairs (prompt, chosen, rejected: two verified answers to "
+              "the same prompt whose after-states' times differ beyond their spread, the faster chosen; the "
+              "columns TRL's DPO trainer reads). `trajectories`: "
+              f"{len(m.trajectories)} multi-step records of the search (states, strategies, the time of every "
+              "state as the search measured it, the driver, the machine).", ""]
+    if m.cost_model is not None:
+        q = m.cost_model_quality or {}
+        lines += ["`cost_model.json`: the offline cost model (XGBoost over LEIR-tree features -> log2 µs on this "
+                  "machine, `search.cost_model.PriorModel.load`), trained on every timed state; `steptp search` "
+                  "starts from it. On families it never saw (trained on the train split's families): Spearman "
+                  f"{_num(q.get('spearman'))} between predicted and measured times over "
+                  f"{q.get('test_states', 0)} held-out states, {_num(q.get('spearman_within_program'))} within one "
+                  "program (median over held-out programs).", ""]
+    return "\n".join(lines)
+
+
+def _pct(n: int, total: int) -> str:
+    return f"{100 * n / total:.0f}%" if total else "-"
+
+
+def _num(x) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
 
 
 def _released_shapes(programs: pa.Table, steps: pa.Table, plot: Path) -> list[dict]:
@@ -249,8 +397,10 @@ def _remove_tree(path: Path) -> None:
     path.rmdir()
 
 
-def _card(version, params, sizes, per_strategy, gate, counters, info, date) -> str:
+def _card(version, params, sizes, per_strategy, gate, counters, info, date, tables=None) -> str:
     rel = params.release
+    extra = [{"config_name": c, "data_files": [{"split": sp, "path": f"{c}/{sp}.parquet"} for sp in tables[c]]}
+             for c in MEASURED_SCHEMAS if tables and tables.get(c)]
     header = {
         "license": rel["license"],
         "pretty_name": "Step-TP (rebuilt)",
@@ -262,7 +412,7 @@ def _card(version, params, sizes, per_strategy, gate, counters, info, date) -> s
         "configs": [{"config_name": "default", "default": True,
                      "data_files": [{"split": s, "path": f"data/{s}.parquet"} for s in SPLITS]},
                     {"config_name": "chat",
-                     "data_files": [{"split": s, "path": f"chat/{s}.parquet"} for s in SPLITS]}],
+                     "data_files": [{"split": s, "path": f"chat/{s}.parquet"} for s in SPLITS]}, *extra],
         "dataset_info": info,
     }
     import yaml
@@ -286,11 +436,16 @@ def _card(version, params, sizes, per_strategy, gate, counters, info, date) -> s
              "released steps), `chat/{train,test}.parquet` (a `messages` column: user prompt, assistant answer; "
              "config `chat`), the same as JSON Lines in `chat_jsonl/{train,test}.jsonl` for SFT tools, "
              "`shapes.png` (the programs' shapes), `croissant.json` (Croissant metadata with sha256 of every "
-             "file), `CHANGELOG.md`. Load with "
-             "`datasets.load_dataset(DIR)` or `datasets.load_dataset(DIR, \"chat\")`, or with "
-             "`mlcroissant.Dataset(jsonld=DIR + \"/croissant.json\")`.", "",
+             "file), `CHANGELOG.md`; made of measurements (section below): `measured/` (config `measured`: one "
+             "row per released step with its before and after time, speedup, spread and effect), `preference/` "
+             "(config `preference`: prompt, chosen, rejected), `trajectories/` (config `trajectories`: the "
+             "search's multi-step records) and `cost_model.json`. Load with `datasets.load_dataset(DIR)` or "
+             "`datasets.load_dataset(DIR, NAME)` for NAME in `chat`, `measured`, `preference`, `trajectories`, or "
+             "with `mlcroissant.Dataset(jsonld=DIR + \"/croissant.json\")` (record sets `train`, `test`, "
+             "`measured_train`, ...).", "",
              f"Released {date} (`release.date` of params.yaml: the date the version was cut, not the build's "
-             "clock, so that a rebuild is byte-identical).", ""]
+             "clock). The `default` and `chat` files are the same bytes on every rebuild; the measured ones are "
+             "the same for the same `timings` table (versioned with DVC).", ""]
     return "\n".join(lines)
 
 
@@ -322,17 +477,22 @@ def _write_croissant(folder: Path, version: str, params, tables: dict, date: str
 
     files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
     formats = {".parquet": "application/x-parquet", ".jsonl": "application/jsonlines", ".md": "text/markdown",
-               ".png": "image/png"}
+               ".png": "image/png", ".json": "application/json"}
     distribution = [mlc.FileObject(id=f, name=f, content_url=f, encoding_formats=[formats[Path(f).suffix]],
                                    sha256=hashlib.sha256((folder / f).read_bytes()).hexdigest()) for f in files]
     record_sets = []
-    for split in SPLITS:
-        schema = tables["default"][split].schema
-        fields = [mlc.Field(id=f"{split}/{name}", name=name,
-                            data_types=[mlc.DataType.INTEGER if name.endswith("tokens") else mlc.DataType.TEXT],
-                            source=mlc.Source(file_object=f"data/{split}.parquet", extract=mlc.Extract(column=name)))
-                  for name in schema.names]
-        record_sets.append(mlc.RecordSet(id=split, name=split, fields=fields))
+    for config, splits in tables.items():
+        if config == "chat":  # nested messages: the JSON Lines and Parquet files are listed above
+            continue
+        folder_name = "data" if config == "default" else config
+        for split, table in splits.items():
+            set_id = split if config == "default" else f"{config}_{split}"
+            fields = [mlc.Field(id=f"{set_id}/{f.name}", name=f.name, data_types=[_croissant_type(f.type)],
+                                repeated=True if pa.types.is_list(f.type) else None,
+                                source=mlc.Source(file_object=f"{folder_name}/{split}.parquet",
+                                                  extract=mlc.Extract(column=f.name)))
+                      for f in table.schema]
+            record_sets.append(mlc.RecordSet(id=set_id, name=set_id, fields=fields))
     rel = params.release
     metadata = mlc.Metadata(
         name=f"step-tp-v{version}", version=version, license=[rel["license"]],
@@ -341,6 +501,19 @@ def _write_croissant(folder: Path, version: str, params, tables: dict, date: str
         date_published=datetime.datetime.fromisoformat(date), distribution=distribution, record_sets=record_sets)
     (folder / "croissant.json").write_text(json.dumps(metadata.to_json(), indent=1, sort_keys=True, default=str)
                                            + "\n")
+
+
+def _croissant_type(t: pa.DataType):
+    import mlcroissant as mlc
+
+    t = t.value_type if pa.types.is_list(t) else t
+    if pa.types.is_integer(t):
+        return mlc.DataType.INTEGER
+    if pa.types.is_floating(t):
+        return mlc.DataType.FLOAT
+    if pa.types.is_boolean(t):
+        return mlc.DataType.BOOL
+    return mlc.DataType.TEXT
 
 
 @flow(name="release", task_runner=ThreadPoolTaskRunner(max_workers=1))
@@ -352,21 +525,22 @@ def release_flow(raw: dict, profile: str, lake: str, reports: str, version: str 
     if not gate.get("success"):  # a refusal, returned like the validate stage's (see flows.validate)
         return {"stage": "release", "refused": "the release gate did not pass; run the validate stage"}
     counters = json.loads((Path(reports) / "filter.json").read_text())
+    measured = measured_inputs(lake, params, Path(reports))
     existing = lake / "releases" / f"v{version}"
     if existing.exists():
-        return _compare_release(existing, lake, version, steps, params, gate, counters)
+        return _compare_release(existing, lake, version, steps, params, gate, counters, measured)
     out = make_release(lake, version, read_table(lake, "samples"), steps, params, gate, counters,
-                       read_table(lake, "programs"), strategy_coverage(lake, steps))
+                       read_table(lake, "programs"), strategy_coverage(lake, steps), measured)
     return {"stage": "release", "version": version, "path": str(out)}
 
 
-def _compare_release(existing: Path, lake: Path, version, steps, params, gate, counters) -> dict:
+def _compare_release(existing: Path, lake: Path, version, steps, params, gate, counters, measured) -> dict:
     """Re-running a release: fine when the files would be identical, an error when they differ."""
     import tempfile
 
     with tempfile.TemporaryDirectory(dir=lake) as tmp:
         fresh = make_release(Path(tmp), version, read_table(lake, "samples"), steps, params, gate, counters,
-                             read_table(lake, "programs"), strategy_coverage(lake, steps))
+                             read_table(lake, "programs"), strategy_coverage(lake, steps), measured)
         files = sorted(p.relative_to(fresh) for p in fresh.rglob("*") if p.is_file())
         same = files == sorted(p.relative_to(existing) for p in existing.rglob("*") if p.is_file()) and all(
             (fresh / f).read_bytes() == (existing / f).read_bytes() for f in files)

@@ -27,7 +27,8 @@ def release(n=6):
     for i in range(n):
         s = strategies[i % 3]
         steps.append({"step_id": f"s{i}", "program_id": f"p{i}", "strategy": s,
-                      "level": "graph" if s == "compute_inline" else "operator", "after_leir": t.after_text,
+                      "level": "graph" if s == "compute_inline" else "operator", "before_leir": text,
+                      "after_leir": t.after_text,
                       "exactness": "exact", "status": "exact", "family": f"fam{i % 3}"})
         samples.append({"sample_id": f"x{i}", "split": "test" if i % 3 == 0 else "train", "prompt": "p",
                         "answer": answer(t).replace("loop_parallelization", s), "step_ids": json.dumps([f"s{i}"]),
@@ -65,6 +66,9 @@ def corrupt(kind):
         samples.loc[1, "answer"] = samples.loc[1, "answer"].replace("P^{", "L^{")  # the parallel loop undone
     elif kind == "answer does not parse":
         samples.loc[1, "answer"] = "no think block"
+    elif kind == "a loop of one iteration scheduled":
+        steps.loc[2, "after_leir"] = ("B^{4}_{tx=0}L^{5}_{a=0}L^{6}_{c=0}P^{1}_{d=0}"
+                                      "[D^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}+A^{f64,g}_{tx,c+d}*C^{f64,g}_{c,a};];")
     elif kind == "a producible strategy is missing":
         producible = producible + ["loop_tiling"]
     return samples, steps, producible
@@ -78,6 +82,7 @@ def corrupt(kind):
     ("skewed distribution", "strategy_shares.share: expect_column_values_to_be_between"),
     ("family in two splits", "family_splits.n_splits"),
     ("answer does not match the step", "samples.ir_matches_step"),
+    ("a loop of one iteration scheduled", "steps.unit_loop_scheduled: expect_column_values_to_be_in_set failed (1 unexpected"),
     ("answer does not parse", "samples.answer_parses"),
     ("a producible strategy is missing", "missing_strategies: expect_table_row_count_to_equal failed (observed 1)"),
 ])

@@ -45,3 +45,34 @@ def test_stage_validate_refusal_prints_the_failed_expectations_and_exits_1(tmp_p
     assert gate["success"] is False and gate["failures"]
     for failure in gate["failures"]:  # every failed expectation is printed
         assert failure.split(":")[0] in result.stderr
+
+
+def test_a_steps_shard_that_schedules_a_loop_of_one_iteration_is_refused(tmp_path):
+    """Issue 24: no released step parallelises, vectorises, unrolls or binds a loop of extent 1; the
+    gate reads the lake's shards as the validate stage does and refuses such a shard."""
+    from expectations.release_gate import check_release
+    from flows.storage import read_table, release_inputs
+
+    lake = tmp_path / "lake"
+    params = load_params(overrides={"filter": {"multi_answer_fraction": 0.0, "test_fraction": 0.34,
+                                               "max_strategy_share": 1.0}})
+    programs, steps, verifs = tables()
+    rows = steps.to_pylist()
+    from leir.ast import Loop, Nest, Program
+    from leir.parse import parse_program
+    from leir.printer import format_program
+
+    after = parse_program(rows[0]["after_leir"])
+    nest = after.nests[0]
+    rows[0]["after_leir"] = format_program(Program((Nest((Loop("P", 1, "d"), *nest.loops), nest.body),
+                                                    *after.nests[1:])))
+    for name, table_rows in (("programs", programs.to_pylist()), ("steps", rows), ("verifications", verifs.to_pylist())):
+        write_shard(lake, name, "all", table_rows)
+    kept, _ = select_steps(programs, read_table(lake, "steps"), verifs, params)
+    samples, _ = assemble_samples(kept, programs, params, count_tokens=len)
+    write_shard(lake, "samples", "all", samples)
+    released, producible = release_inputs(lake, params)
+    assert rows[0]["step_id"] in released.column("step_id").to_pylist()
+    report = check_release(read_table(lake, "samples").to_pandas(), released.to_pandas(), producible, params)
+    assert not report.success
+    assert any(f.startswith("steps.unit_loop_scheduled") for f in report.failures), report.failures

@@ -104,16 +104,52 @@ def test_rerun_reuses_finished_work_and_changes_nothing(tiny_lake):
     assert results[-1].get("unchanged") is True  # the same release again is recognised, not rewritten
 
 
-def test_measure_stage_appends_timings(tiny_lake):
+def test_measure_stage_times_every_released_state_once(tiny_lake):
+    from flows.effects import state_ids
     from flows.pipeline import run_stage
-    from flows.storage import read_table
+    from flows.storage import read_table, released_step_rows
 
-    root, _ = tiny_lake
-    params = load_params(profile="tiny", overrides={"measure": {"max_steps": 2}})
-    result = run_stage("measure", params, root / "lake", root / "reports")
-    rows = read_table(root / "lake", "timings").to_pylist()
-    assert result["rows"] == 2 and len(rows) == 2
-    assert all(r["before_us"] > 0 and r["after_us"] > 0 and json.loads(r["machine"])["cpu_model"] for r in rows)
+    root, results = tiny_lake
+    lake = root / "lake"
+    measured = next(r for r in results if r["stage"] == "measure")
+    after_of = {s["step_id"]: s["after_program_id"] for s in read_table(lake, "steps").to_pylist()}
+    wanted = {x for s in released_step_rows(lake) for x in state_ids(s, after_of)}
+    rows = read_table(lake, "timings").to_pylist()
+    assert {r["state_id"] for r in rows} == wanted and len(rows) == len(wanted) == measured["states"]
+    for r in rows:
+        assert r["status"] == "ok" and r["time_us"] > 0 and r["rounds"] == len(r["samples_us"]) >= 3
+        assert json.loads(r["machine"])["cpu_model"] and r["machine_id"] == measured["machine_id"]
+    again = run_stage("measure", load_params(profile="tiny"), lake, root / "reports")
+    assert again["states_timed"] == 0 and again["states_reused"] == len(wanted)  # once per machine
+    assert read_table(lake, "timings").to_pylist() == rows
+
+
+def test_release_has_measured_preference_and_trajectory_configs(tiny_lake):
+    import pyarrow.parquet as pq
+
+    from flows.storage import read_table, released_ids
+
+    root, results = tiny_lake
+    release = Path(next(r for r in results if r["stage"] == "release")["path"])
+    measured = pq.read_table(sorted((release / "measured").glob("*.parquet"))).to_pylist()
+    assert sorted(r["step_id"] for r in measured) == released_ids(root / "lake")
+    assert all(r["effect"] in ("faster", "neutral", "slower") and r["before_us"] > 0 and r["after_us"] > 0
+               for r in measured)
+    for r in measured:
+        assert r["speedup"] == pytest.approx(r["before_us"] / r["after_us"])
+    pairs = pq.read_table(sorted((release / "preference").glob("*.parquet"))).to_pylist()
+    by_step = {r["step_id"]: r for r in measured}
+    for p in pairs:  # the faster answer is chosen, beyond the spread
+        assert by_step[p["chosen_step_id"]]["after_us"] < by_step[p["rejected_step_id"]]["after_us"]
+        assert p["margin"] > 1.02 and p["chosen"] != p["rejected"]
+    trajectories = pq.read_table(sorted((release / "trajectories").glob("*.parquet"))).to_pylist()
+    assert len(trajectories) == read_table(root / "lake", "trajectories").num_rows
+    for t in trajectories:
+        assert len(t["states"]) == len(t["strategies"]) + 1 == len(t["times_us"]) == len(t["speedups"])
+        assert t["machine_id"] and t["cpu"]
+    card = (release / "README.md").read_text()
+    assert "## Measured effects" in card and "config_name: measured" in card
+    assert (release / "cost_model.json").exists() and (root / "lake" / "cost_model" / "model.json").exists()
 
 
 @pytest.mark.slow
