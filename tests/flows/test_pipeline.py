@@ -153,6 +153,40 @@ def test_release_has_measured_preference_and_trajectory_configs(tiny_lake):
 
 
 @pytest.mark.slow
+def test_standard_clients_load_every_config_and_record_set_of_a_fresh_release(tiny_lake, tmp_path, monkeypatch):
+    """`datasets.load_dataset(DIR, NAME)` for every config the card lists, mlcroissant for every
+    record set of croissant.json, and TRL's own preference-format utilities on `preference`."""
+    import datasets
+    import mlcroissant as mlc
+    import yaml
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    root, results = tiny_lake
+    release = Path(next(r for r in results if r["stage"] == "release")["path"])
+    header = yaml.safe_load((release / "README.md").read_text().split("---")[1])
+    configs = {c["config_name"]: c for c in header["configs"]}
+    assert {"default", "chat", "measured", "preference", "trajectories"} <= set(configs)
+    loaded = {}
+    for name, config in configs.items():
+        loaded[name] = datasets.load_dataset(str(release), name, cache_dir=str(tmp_path / "cache"))
+        for split in (f["split"] for f in config["data_files"]):
+            assert loaded[name][split].num_rows > 0
+    meta = json.loads((release / "croissant.json").read_text())
+    dataset = mlc.Dataset(jsonld=str(release / "croissant.json"))
+    for record_set in meta["recordSet"]:
+        config, _, split = record_set["@id"].rpartition("_")
+        records = list(dataset.records(record_set["@id"]))
+        assert len(records) == loaded[config or "default"][split].num_rows > 0
+    trl = pytest.importorskip("trl.data_utils")
+    preference = loaded["preference"]["train"]
+    assert not trl.is_conversational(preference[0])  # the standard (string) preference format
+    unpaired = trl.unpair_preference_dataset(preference)  # needs prompt / chosen / rejected
+    assert unpaired.num_rows == 2 * preference.num_rows and set(unpaired["label"]) == {True, False}
+    assert trl.maybe_extract_prompt(preference[0])["prompt"] == preference[0]["prompt"]
+
+
+@pytest.mark.slow
 def test_two_clean_runs_are_byte_identical(tiny_lake, tmp_path):
     root, _ = tiny_lake
     run_all(tmp_path / "lake", tmp_path / "reports")
