@@ -6,6 +6,7 @@ Every expected failure becomes a `Verification` with its status and a message sa
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -73,11 +74,60 @@ def verify_pair_job(request: PairRequest) -> Verification:
         after = load_program("after", request.after, signature, request.limits)
         plans = plan_from_facts(signature, [before.facts, after.facts])
         draws = draws_from_plans(signature, plans, request.draws, request.seed)
-        expected = run_draws("before", before, signature, draws, request.target, request.arch, request.form)
+        key = (request.before, request.signature, request.target, request.arch, request.form, request.draws,
+               request.seed, tuple(sorted(plans.items())))
+        expected = BEFORE_OUTPUTS.get(key)
+        if expected is None:
+            expected = run_draws("before", before, signature, draws, request.target, request.arch, request.form)
+            BEFORE_OUTPUTS.put(key, expected)
         actual = run_draws("after", after, signature, draws, request.target, request.arch, request.form)
     except VerificationFailed as failed:
         return failed.verification
     return judge(expected, actual, output_codes(signature), tolerance_table(request.tolerances))
+
+
+class _OutputMemo:
+    """The before-program's outputs on the draws, by request: every step of one original is verified
+    against the same outputs, which the original computed once per worker instead of once per step
+    (the release build verifies ~30 steps per original; at realistic sizes the naive original is the
+    slow side). Bounded by entries and by bytes; the arrays are made read-only, since every later
+    step compares against them."""
+
+    def __init__(self, entries: int = 8, max_bytes: int = 256 << 20):
+        self.entries, self.max_bytes = entries, max_bytes
+        self.hits = 0
+        self._items: OrderedDict = OrderedDict()
+
+    def get(self, key):
+        value = self._items.get(key)
+        if value is not None:
+            self._items.move_to_end(key)
+            self.hits += 1
+        return value
+
+    def clear(self) -> None:
+        self._items.clear()
+        self.hits = 0
+
+    def put(self, key, outputs: list) -> None:
+        size = sum(a.nbytes for o in outputs for a in o.values())
+        if size > self.max_bytes // self.entries:
+            return
+        for o in outputs:
+            for a in o.values():
+                a.flags.writeable = False
+        self._items[key] = outputs
+        while len(self._items) > self.entries:
+            self._items.popitem(last=False)
+
+
+BEFORE_OUTPUTS = _OutputMemo()
+
+
+def clear_caches() -> None:
+    """Forget this process's builds and remembered outputs (tests that count builds start here)."""
+    BUILD_CACHE.clear()
+    BEFORE_OUTPUTS.clear()
 
 
 def verify_reference_job(request: ReferenceRequest) -> Verification:

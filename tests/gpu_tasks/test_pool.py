@@ -88,9 +88,10 @@ def test_the_pool_builds_each_original_at_most_once_per_worker(pool):
     assert all(v.passed for v in verify_pairs(requests, pool))
     builds1, hits1 = totals()
     n = len(MATMUL_VARIANTS)
-    assert (builds1 - builds0) + (hits1 - hits0) == 2 * n  # one lookup per side of each pair
-    # The original is built at most once per worker: every other lookup of it is a hit.
-    assert hits1 - hits0 >= n - pool.size
+    # One build lookup per transformed side; the original's outputs on the draws are computed once per
+    # worker (gpu_tasks.jobs._OutputMemo), so it is looked up (and built) at most once per worker.
+    lookups = (builds1 - builds0) + (hits1 - hits0)
+    assert n + 1 <= lookups <= n + pool.size
 
 
 def test_workers_are_recycled_after_a_number_of_jobs():
