@@ -3,13 +3,13 @@ reorder and the stacked-tensor rewrites (issue 15, point 4; `evaluation.effects`
 
 The algebraic strategies rewrite one statement's expression. Their predicate finds the statements
 whose right-hand side changed (the programs otherwise alike: the same statements, loops and
-left-hand sides), translates the changed part of both (`algebra_common.algebra_target`: the whole
+left-hand sides), translates the changed part of both (`strategies.analysis.algebra.algebra_target`: the whole
 right-hand side, or `e` of an accumulation `X op e`) with the project's bridge
-(`strategies.sympy_bridge`, one symbol per distinct access) and states the strategy's effect as a
+(`strategies.analysis.sympy_bridge`, one symbol per distinct access) and states the strategy's effect as a
 property of the two sympy forms. Translation keeps products of sums as they are written
 (`distribute(False)`: sympy would otherwise turn `2*(A+C)` into `2*A+2*C`); sympy's automatic
 canonicalisation (order of operands, `A*A` = `A**2`, `x**a*x**b` = `x**(a+b)`) is what makes an
-answer in another spelling comparable. Expressions over `strategies.algebra.MAX_OPS` operations or
+answer in another spelling comparable. Expressions over `strategies.analysis.algebra.MAX_OPS` operations or
 `MAX_SYMBOLS` symbols are not looked at (no effect shown), as the strategies themselves leave them.
 
 - `factorization`: a sum of the original became a product: the answer holds a product with a sum
@@ -62,9 +62,8 @@ from sympy.core.parameters import distribute
 from leir.analysis import StmtSite, reduction_op, statement_sites, tensor_table
 from leir.ast import BinOp, Call, Neg, Program, Stmt, accesses, walk_expr
 from leir.signature import Signature
-from strategies.algebra import MAX_OPS, MAX_SYMBOLS, atomize
-from strategies.algebra_common import algebra_target
-from strategies.sympy_bridge import Bridge, Untranslatable, count_ops
+from strategies.analysis.algebra import MAX_OPS, MAX_SYMBOLS, algebra_target, atomize
+from strategies.analysis.sympy_bridge import Bridge, Untranslatable, count_ops
 
 Effect = Callable[[Program, Program, Signature], bool]
 SYMBOLIC: dict[str, Effect] = {}

@@ -4,8 +4,8 @@ from __future__ import annotations
 import sympy
 from strategy_cases import assert_golden, ctx, results, sig
 
+from strategies.analysis.sympy_bridge import Bridge, new_divisions
 from strategies.registry import get
-from strategies.sympy_bridge import Bridge, new_divisions
 
 SIG = sig(("A", [4, 8], "float64", "input"), ("C", [4, 7], "float64", "input"), ("D", [4, 7], "float64", "output"))
 A, B, C = "A^{f64,g}_{tx,a}", "A^{f64,g}_{tx,a+1}", "C^{f64,g}_{tx,a}"

@@ -43,7 +43,7 @@ def test_alpha_equivalent_results_are_not_transformations():
             yield Site(0)
 
         def rewrite(self, c, site, params):
-            from strategies.tree import rename_vars_in_nest
+            from strategies.analysis.tree import rename_vars_in_nest
             return Rewrite(c.program.__class__((rename_vars_in_nest(c.program.nests[0], {"c": "k"}),)))
 
     assert list(Renamer().transformations(ctx(MATMUL, MATMUL_SIG))) == []

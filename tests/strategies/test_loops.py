@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from strategy_cases import assert_golden, ctx, results, sig
 
-from strategies.base import Illegal, Site
+from strategies.base import Illegal, LoopAt, Site
 from strategies.registry import get
 
 M_SIG = sig(("A", [4, 6], "float64", "input"), ("C", [6, 8], "float64", "input"), ("D", [4, 8], "float64", "output"))
@@ -170,7 +170,7 @@ GROUP_SUM = "B^{2}_{tx=0}L^{8}_{a=0}L^{4}_{c=0}L^{2}_{d=0}[F^{f64,g}_{tx,a//4}=F
 def test_reduction_factorization_refuses_a_subscript_that_merges_iterations():
     assert results("reduction_factorization", GROUP_SUM, GROUP_SIG) == []
     s = get("reduction_factorization")
-    site = Site(0, loops=("c",), stmts=(0,), tensors=("F",), extra=(("loop_index", 2),))
+    site = Site(0, loops=("c",), stmts=(0,), tensors=("F",), match=LoopAt(2))
     with pytest.raises(Illegal, match="a appears in F's subscript but several of its iterations accumulate"):
         s.rewrite(ctx(GROUP_SUM, GROUP_SIG), site, {"factor": 2})
 

@@ -5,8 +5,8 @@ import pytest
 from strategy_cases import assert_golden, ctx, results, sig
 
 from strategies.base import Illegal
-from strategies.memory import relaid_copy
 from strategies.registry import get
+from strategies.rules.memory.layout import relaid_copy
 
 S2 = sig(("A", [4, 8], "float64", "input"), ("C", [4, 8], "float64", "output"))
 ONE = ("B^{4}_{tx=0}[L^{8}_{a=0}[D^{f64,g}_{tx,a}=exp(A^{f64,g}_{tx,a});];"

@@ -10,9 +10,8 @@ from strategy_cases import ctx, results, sig
 
 from leir import parse_program
 from leir.analysis import statement_sites
-from strategies.base import Illegal
-from strategies.magnitudes import conditioning_problem, overflow_problem, sampled_peak
-from strategies.numerics import (
+from strategies.analysis.magnitudes import conditioning_problem, overflow_problem, sampled_peak
+from strategies.analysis.numerics import (
     FORMATS,
     PRECISION,
     TOLERANCE,
@@ -20,7 +19,8 @@ from strategies.numerics import (
     sum_drift_problem,
     unshifted_exp_problem,
 )
-from strategies.ranges import DATA, Interval, expr_range, tensor_ranges
+from strategies.analysis.ranges import DATA, Interval, expr_range, tensor_ranges
+from strategies.base import Illegal
 from strategies.registry import get
 
 
@@ -237,8 +237,8 @@ def test_reassociating_steps_are_refused_where_rounding_alone_uses_the_tolerance
     from strategy_cases import sig
 
     from leir import parse_program
+    from strategies.analysis.numerics import ROUNDING_SHARE_LIMIT
     from strategies.base import Context
-    from strategies.numerics import ROUNDING_SHARE_LIMIT
     from strategies.registry import get
 
     s = sig(("A", [4, 64], "float32", "input"), ("C", [4], "float32", "output"))
