@@ -112,7 +112,7 @@ def atomize(e: sympy.Expr, table: dict) -> sympy.Expr:
 def identity_problem(before: sympy.Expr, after: sympy.Expr, points: int = SPOT_POINTS) -> str | None:
     """Why a numeric spot check does not confirm `before == after`, or None. Both sides are evaluated
     at deterministic sample points (positive values, where logs and roots are real); a point where a
-    side has no finite value is skipped."""
+    side has no finite value is skipped, and a check that evaluated no point confirms nothing."""
     syms = sorted(before.free_symbols | after.free_symbols, key=lambda s: s.name)
     rng = random.Random("spot-check:" + ",".join(s.name for s in syms))
     checked = 0
@@ -129,6 +129,9 @@ def identity_problem(before: sympy.Expr, after: sympy.Expr, points: int = SPOT_P
         if abs(a - b) > 1e-9 * max(1.0, abs(a)):
             return "numeric spot check of the identity failed"
         checked += 1
+    if not checked:
+        return (f"the numeric spot check evaluated none of its {points} sample points (no finite value there), "
+                "so the identity is untested")
     return None
 
 

@@ -1,10 +1,13 @@
 """Golden and legality tests of the 12 sympy-based mathematical strategies (one statement each)."""
 from __future__ import annotations
 
+import pytest
 import sympy
 from strategy_cases import assert_golden, ctx, results, sig
 
+from strategies.analysis.algebra import identity_problem
 from strategies.analysis.sympy_bridge import Bridge, new_divisions
+from strategies.base import Illegal
 from strategies.registry import get
 
 SIG = sig(("A", [4, 8], "float64", "input"), ("C", [4, 7], "float64", "input"), ("D", [4, 7], "float64", "output"))
@@ -103,3 +106,30 @@ def test_records_carry_facts_and_numbers():
     assert t.exactness == "reassociating" and t.level == "mathematical"
     assert any("one symbol per distinct access" in f for f in t.facts)
     assert "3 operations" in t.effect and "28 times" in t.effect
+
+
+def test_the_spot_check_refuses_an_identity_it_could_not_evaluate_anywhere():
+    """exp(exp(100*A)) is infinite at every sample point of the numeric spot check (A >= 3/8 there),
+    so the check confirms nothing. Before issue 23 it counted the points it evaluated, never read the
+    count, and passed: factorization stepped to (A+C)*exp(exp(100*A)) untested. Now it is refused,
+    with the reason."""
+    big = f"exp(exp({A}*100))"
+    text = "B^{4}_{tx=0}L^{7}_{a=0}[D^{f64,g}_{tx,a}=" + f"{big}*{A}+{big}*{C}" + ";];"
+    st, c = get("factorization"), ctx(text, SIG)
+    (site,) = st.sites(c)
+    with pytest.raises(Illegal, match="the numeric spot check evaluated none of its 3 sample points"):
+        st.rewrite(c, site, {})
+    assert results("factorization", text, SIG) == []
+
+
+def test_the_spot_check_passes_identities_and_refuses_wrong_ones():
+    x, y = sympy.symbols("x y", real=True)
+    assert identity_problem(x * x + x * y, x * (x + y)) is None
+    assert identity_problem(x * x + x * y, x * (x - y)) == "numeric spot check of the identity failed"
+    untested = sympy.exp(sympy.exp(100 * x))
+    assert "evaluated none" in identity_problem(untested * (x + y), untested * x + untested * y)
+    # exp(exp(exp(x))) is finite at the first sample point (x = 11/8) only: the other two are skipped,
+    # and the one evaluated decides
+    partly = sympy.exp(sympy.exp(sympy.exp(x)))
+    assert identity_problem(partly * (x + y), partly * x + partly * y) is None
+    assert identity_problem(partly * (x + y), partly * (x - y)) == "numeric spot check of the identity failed"

@@ -4,9 +4,9 @@
 The rewrite is a step only when the sympy result differs from the input's own canonical sympy form
 (so `A*A` -> `A**2`, which sympy already writes as `A**2`, is no step). Every rewrite is checked:
 exact back-substitution (the LEIR result translates back to the same sympy expression), no new
-division by something that may be zero, an independent numeric spot check of the identity, no
-overflow or loss of conditioning in the dtype, and `finish` (validates, same implicit
-initialisations). All are `reassociating`: the floating-point
+division by something that may be zero, an independent numeric spot check of the identity (which
+must evaluate at least one sample point), no overflow or loss of conditioning in the dtype, and
+`finish` (validates, same implicit initialisations). All are `reassociating`: the floating-point
 operations change, so results agree within rounding.
 """
 from __future__ import annotations
