@@ -17,7 +17,12 @@ from strategies.analysis.sympy_bridge import FLOAT_CODES, Bridge, Untranslatable
 
 MAX_OPS = 40       # larger expressions are left alone: sympy's factor/apart can take seconds
 MAX_SYMBOLS = 10
-SPOT_POINTS = 3    # sample points of the numeric spot check
+# The numeric spot check's sample points: SPOT_POINTS values k/8 of each real symbol, first in
+# [3/8, 29/8] (positive, where logs and roots are real), then, where none of those evaluates, in
+# [1/8, 7/8] (where log(1-p) of a probability p is real too: a binary cross-entropy is complex at
+# p > 1). Index symbols take integers 1..6.
+SPOT_POINTS = 3
+SPOT_RANGES = (("spot-check:", 3, 29), ("spot-check-unit:", 1, 7))
 
 
 @dataclass(frozen=True)
@@ -111,28 +116,35 @@ def atomize(e: sympy.Expr, table: dict) -> sympy.Expr:
 
 def identity_problem(before: sympy.Expr, after: sympy.Expr, points: int = SPOT_POINTS) -> str | None:
     """Why a numeric spot check does not confirm `before == after`, or None. Both sides are evaluated
-    at deterministic sample points (positive values, where logs and roots are real); a point where a
-    side has no finite value is skipped, and a check that evaluated no point confirms nothing."""
+    at deterministic sample points (SPOT_RANGES); a point where a side cannot be evaluated or is not
+    finite is skipped, and a check that evaluated no point confirms nothing."""
     syms = sorted(before.free_symbols | after.free_symbols, key=lambda s: s.name)
-    rng = random.Random("spot-check:" + ",".join(s.name for s in syms))
-    checked = 0
-    for _ in range(points):
-        values = {s: sympy.Rational(rng.randint(3, 29), 8) if not s.is_integer else rng.randint(1, 6)
-                  for s in syms}
-        try:
-            a = complex(before.evalf(30, subs=values))
-            b = complex(after.evalf(30, subs=values))
-        except (TypeError, ValueError, ZeroDivisionError):
-            continue
-        if not all(math.isfinite(v.real) and math.isfinite(v.imag) for v in (a, b)):
-            continue
-        if abs(a - b) > 1e-9 * max(1.0, abs(a)):
-            return "numeric spot check of the identity failed"
-        checked += 1
-    if not checked:
-        return (f"the numeric spot check evaluated none of its {points} sample points (no finite value there), "
-                "so the identity is untested")
-    return None
+    for seed, lo, hi in SPOT_RANGES:
+        rng = random.Random(seed + ",".join(s.name for s in syms))
+        checked = 0
+        for _ in range(points):
+            values = {s: sympy.Rational(rng.randint(lo, hi), 8) if not s.is_integer else rng.randint(1, 6)
+                      for s in syms}
+            agree = _agree_at(before, after, values)
+            if agree is False:
+                return "numeric spot check of the identity failed"
+            checked += agree is True
+        if checked:
+            return None
+    return (f"the numeric spot check evaluated none of its {points * len(SPOT_RANGES)} sample points (at each, "
+            "a side could not be evaluated or was not finite), so the identity is untested")
+
+
+def _agree_at(before: sympy.Expr, after: sympy.Expr, values: dict) -> bool | None:
+    """Whether both sides have the same value at `values`; None where a side has no finite value."""
+    try:
+        a = complex(before.evalf(30, subs=values))
+        b = complex(after.evalf(30, subs=values))
+    except (TypeError, ValueError, ZeroDivisionError):
+        return None
+    if not all(math.isfinite(v.real) and math.isfinite(v.imag) for v in (a, b)):
+        return None
+    return abs(a - b) <= 1e-9 * max(1.0, abs(a))
 
 
 # --- the max shift of a softmax ----------------------------------------------------------------------
