@@ -3,19 +3,11 @@ that does several things distributed into nests with the same loops."""
 from __future__ import annotations
 
 from leir.ast import Nest
-from strategies.analysis.legality import body_statements, dependence_names, misaligned, stmt_reads
+from strategies.analysis.legality import body_statements, dependence_names, misaligned, read_tensors, written_tensors
 from strategies.analysis.loops import common_depth, contracted_products, fuse_nests, fusion_facts
 from strategies.analysis.tree import bands, enclosing_loops, get_item, replace_item, replace_nests
 from strategies.base import Illegal, Nests, Rewrite, Site, Strategy, refuse
 from strategies.registry import register
-
-
-def written(nest: Nest) -> list[str]:
-    return list(dict.fromkeys(s.lhs.tensor for s, _ in body_statements(nest)))
-
-
-def read(nest: Nest) -> list[str]:
-    return list(dict.fromkeys(a.tensor for s, _ in body_statements(nest) for a in stmt_reads(s)))
 
 
 @register
@@ -28,8 +20,8 @@ class OperatorFusion(Strategy):
     def sites(self, ctx):
         nests = ctx.program.nests
         for i in range(len(nests) - 1):
-            made = set(written(nests[i]))
-            used = [t for t in read(nests[i + 1]) if t in made]
+            made = set(written_tensors(body_statements(nests[i])))
+            used = [t for t in read_tensors(body_statements(nests[i + 1])) if t in made]
             if used and common_depth(nests[i], nests[i + 1]):
                 yield Site(i, tensors=tuple(used), match=Nests((i, i + 1)))
 
