@@ -252,7 +252,7 @@ def verified_originals(found: list, workers: int, timeout_s: float, seed: int = 
         v = own.get(program.name, reference)
         if v.status in ("exact", "close"):
             # as the transform stage does: how far rounding alone moves it decides whether
-            # reassociating strategies may propose steps on it (strategies.numerics)
+            # reassociating strategies may propose steps on it (strategies.analysis.numerics)
             measured = replace(program.context, rounding_share=reference.tolerance_share)
             kept.append(replace(program, context=measured))
         else:

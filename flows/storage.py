@@ -40,7 +40,7 @@ TABLES: dict[str, TableSpec] = {t.name: t for t in (
         # and the instance's work units (the shape model's budget measure)
         ("shape_source", S), ("work", I64),
         # issue 18: the share of the dtype's tolerance that rounding alone moves the original's
-        # outputs by, against its float64 reference (strategies.numerics.ROUNDING_SHARE_LIMIT)
+        # outputs by, against its float64 reference (strategies.analysis.numerics.ROUNDING_SHARE_LIMIT)
         ("rounding_share", F64))),
     TableSpec("steps", ("step_id",), _schema(
         ("step_id", S), ("program_id", S), ("parent_step_id", S), ("depth", I64), ("strategy", S), ("level", S),

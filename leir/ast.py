@@ -179,26 +179,44 @@ def accesses(node) -> Iterator[Access]:
             yield n
 
 
-def map_expr(node, fn):
-    """Bottom-up rebuild: `fn` is applied to each node after its children were mapped."""
+def _rebuild(node, fn, subscripts: bool = True):
+    """`node` with each direct sub-expression replaced by `fn(child)`, in source order (an access's
+    subscripts only when `subscripts`); leaves come back as they are."""
     match node:
-        case Access(indices=ix) if ix:
-            node = Access(node.tensor, node.dtype, node.scope, tuple(map_expr(i, fn) for i in ix))
+        case Access(indices=ix) if ix and subscripts:
+            return Access(node.tensor, node.dtype, node.scope, tuple(fn(i) for i in ix))
         case BinOp(op=op, lhs=a, rhs=b):
-            node = BinOp(op, map_expr(a, fn), map_expr(b, fn))
+            return BinOp(op, fn(a), fn(b))
         case Neg(operand=a):
-            node = Neg(map_expr(a, fn))
+            return Neg(fn(a))
         case Call(fn=f, args=args):
-            node = Call(f, tuple(map_expr(a, fn) for a in args))
+            return Call(f, tuple(fn(a) for a in args))
         case Select(cond=c, then=t, otherwise=o):
-            node = Select(map_expr(c, fn), map_expr(t, fn), map_expr(o, fn))
+            return Select(fn(c), fn(t), fn(o))
         case Compare(operands=ops, ops=rels):
-            node = Compare(tuple(map_expr(a, fn) for a in ops), rels)
+            return Compare(tuple(fn(a) for a in ops), rels)
         case And(terms=ts):
-            node = And(tuple(map_expr(t, fn) for t in ts))
+            return And(tuple(fn(t) for t in ts))
         case Or(terms=ts):
-            node = Or(tuple(map_expr(t, fn) for t in ts))
-    return fn(node)
+            return Or(tuple(fn(t) for t in ts))
+    return node
+
+
+def map_expr(node, fn, subscripts: bool = True):
+    """Bottom-up rebuild: `fn` is applied to each node after its children were mapped. Without
+    `subscripts` an access is a leaf: `fn` sees it, but not the expressions inside its subscripts."""
+    def visit(n):
+        return fn(_rebuild(n, visit, subscripts))
+    return visit(node)
+
+
+def replace_expr(node, fn, subscripts: bool = True):
+    """Top-down rebuild: where `fn(n)` returns a node, it replaces `n` whole (its inside is not
+    visited); where it returns None, `n`'s children are visited, in source order."""
+    def visit(n):
+        new = fn(n)
+        return new if new is not None else _rebuild(n, visit, subscripts)
+    return visit(node)
 
 
 def map_stmt(stmt: Stmt, fn) -> Stmt:

@@ -29,7 +29,7 @@ from leir.errors import LeirError
 from leir.parse import parse_program
 from leir.validate import validate
 from search.drivers import Action, Node, Policy
-from strategies.base import Context, Site, Transformation
+from strategies.base import Context, LoopAt, Site, Transformation
 from strategies.cot import TASK_MULTI, TASK_SINGLE, prompt, split_answer
 from strategies.registry import LEVEL_OF, get, registered
 
@@ -50,8 +50,8 @@ _MATH_DEFAULT = 1.0
 def prior(t: Transformation) -> float:
     """A cheap score of how promising a transformation is on the CPU (higher first)."""
     score = _BASE.get(t.strategy, _MATH_DEFAULT)
-    extra = dict(t.site.extra)
-    depth = int(extra.get("loop_index", 0)) + len(t.site.path)
+    loop_index = t.site.match.loop_index if isinstance(t.site.match, LoopAt) else 0
+    depth = loop_index + len(t.site.path)
     if t.strategy == "loop_parallelization":
         score -= 1.5 * depth                     # outer spatial loops first
     elif t.strategy == "cache_read_write" and "write" in t.params:

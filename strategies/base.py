@@ -4,12 +4,16 @@ A strategy enumerates its *sites* in a deterministic order, the meaningful *para
 and *rewrites* the tree, raising `Illegal` with the reason when a legality check fails. The base
 class turns that into `Transformation` records and drops rewrites whose result is alpha-equivalent
 to the input (a "transformation" that only renames or reprints is not a step).
+
+A site is a typed match: besides where it is (nest, path, loops, statements, tensors) it carries what
+the strategy found there (`Site.match`, a small frozen `Match`), so that the rewrite works on that
+match instead of finding it again. `Match.to_json` gives the keys the site's JSON adds.
 """
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any, ClassVar
 
@@ -26,6 +30,12 @@ TARGETS = ("llvm", "cuda")
 
 class Illegal(Exception):
     """A rewrite that would change the program's meaning (or cannot be expressed): the reason."""
+
+
+def refuse(reason: str | None) -> None:
+    """Raise `Illegal(reason)` when an analysis found a reason ("why not, or None"), else nothing."""
+    if reason:
+        raise Illegal(reason)
 
 
 @dataclass(frozen=True)
@@ -75,23 +85,51 @@ class Context:
     @cached_property
     def reassociation_problem(self) -> str | None:
         """Why no reassociating step can be verified on this program, or None."""
-        from strategies.numerics import rounding_problem
+        from strategies.analysis.numerics import rounding_problem
 
         codes = [t.code for t in self.signature.outputs]
         return rounding_problem(self.rounding_share, codes[0] if len(set(codes)) == 1 else None)
 
 
+@dataclass(frozen=True)
+class Match:
+    """What a strategy found at a site, beyond where it is: frozen and hashable, so sites are too.
+    Its JSON is its fields (tuples as lists), unless a subclass says otherwise."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}
+
+
+def _jsonable(value):
+    return list(value) if isinstance(value, tuple) else value
+
+
+@dataclass(frozen=True)
+class LoopAt(Match):
+    """The loop at this position of the site's band (outermost = 0)."""
+
+    loop_index: int
+
+
+@dataclass(frozen=True)
+class Nests(Match):
+    """The top-level nests the rewrite combines, in program order."""
+
+    nests: tuple[int, ...]
+
+
 @dataclass(frozen=True, slots=True)
 class Site:
     """Where a strategy applies. `nest` is the top-level nest (0-based); `path` the body positions
-    below it; `loops`, `stmts` (program order) and `tensors` name what is involved."""
+    below it; `loops`, `stmts` (program order) and `tensors` name what is involved; `match` is what
+    the strategy found there (None: the position says it all)."""
 
     nest: int
     path: tuple[int, ...] = ()
     loops: tuple[str, ...] = ()
     stmts: tuple[int, ...] = ()
     tensors: tuple[str, ...] = ()
-    extra: tuple[tuple[str, Any], ...] = ()
+    match: Match | None = None
 
     def to_json(self) -> dict:
         out: dict[str, Any] = {"nest": self.nest}
@@ -99,7 +137,8 @@ class Site:
             value = getattr(self, key)
             if value:
                 out[key] = list(value)
-        out.update(dict(self.extra))
+        if self.match is not None:
+            out.update(self.match.to_json())
         return out
 
     def describe(self) -> str:

@@ -12,8 +12,8 @@ import json
 from leir.ast import Program
 from leir.printer import format_nest
 from leir.signature import Signature
+from strategies.analysis.tree import changed_nests
 from strategies.base import Context, Transformation
-from strategies.tree import changed_nests
 
 TASK_SINGLE = ("Apply exactly one optimization strategy to this LEIR program. Keep the known tensors "
                "(names, shapes, dtypes, global scope) unchanged and preserve the result. Reply with "

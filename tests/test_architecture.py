@@ -6,7 +6,12 @@
 - dependencies point one way: cli -> flows, evaluation, search -> strategies, gpu_tasks, workloads ->
   leir; only `gpu_tasks` and `leir.lower` import TVM; only `flows`, `cli` and `expectations` import
   the orchestration and table libraries;
-- `flows` stays the pipeline and the lake: at most 20 modules.
+- `flows` stays the pipeline and the lake: at most 20 modules;
+- `strategies` is a protocol (base, registry, catalog, cot, survey), the analyses the rules share
+  (`strategies.analysis`) and the rules by level (`strategies.rules.<level>`): a rule module imports
+  analyses and the protocol, never another rule module; no analysis imports a rule module; only the
+  catalog imports the rule modules (all of them); no function or method of a rule module is longer
+  than 50 lines (issue 23).
 """
 from __future__ import annotations
 
@@ -162,3 +167,57 @@ def test_tests_mirror_the_packages():
     for pkg in ("leir", "leir/frontend", "leir/lower", "strategies", "gpu_tasks", "search", "evaluation", "flows",
                 "cli", "workloads"):
         assert pkg in tests, f"tests/{pkg}/ has no tests"
+
+
+# --- strategies: protocol, analyses, rules (issue 23) ---------------------------------------------------
+
+RULES = sorted(n for n, p in MODULES.items() if n.startswith("strategies.rules.") and p.stem != "__init__")
+ANALYSES = sorted(n for n, p in MODULES.items() if n.startswith("strategies.analysis.") and p.stem != "__init__")
+MAX_RULE_FUNCTION_LINES = 50
+
+
+def test_strategies_are_a_protocol_analyses_and_rules_by_level():
+    top = sorted(n for n in MODULES if n.startswith("strategies.") and n.count(".") == 1)
+    assert top == ["strategies.analysis", "strategies.base", "strategies.catalog", "strategies.cot",
+                   "strategies.registry", "strategies.rules", "strategies.survey"], top
+    levels = sorted({n.split(".")[2] for n in RULES})
+    assert levels == ["graph", "mathematical", "memory", "operator"], levels
+    assert all(n.count(".") == 3 for n in RULES), "a rule module sits in its level's package"
+    assert len(RULES) >= 4 and len(ANALYSES) >= 4
+
+
+def test_no_rule_module_imports_another_rule_module():
+    wrong = sorted((name, target) for name in RULES for target in GRAPH[name][0] if target.startswith("strategies.rules"))
+    assert not wrong, f"rule modules import each other (move what they share to strategies.analysis): {wrong}"
+
+
+def test_analyses_and_the_protocol_import_no_rule_module():
+    wrong = sorted((name, target) for name, (project, _) in GRAPH.items()
+                   if name.startswith("strategies") and not name.startswith("strategies.rules")
+                   and name != "strategies.catalog" for target in project if target.startswith("strategies.rules"))
+    assert not wrong, wrong
+    # outside strategies, no one reaches into the rules either (they register; use the registry)
+    outside = sorted((name, target) for name, (project, _) in GRAPH.items() if not name.startswith("strategies")
+                     for target in project if target.startswith("strategies.rules"))
+    assert not outside, outside
+
+
+def test_the_catalog_imports_every_rule_module():
+    from strategies.catalog import RULE_MODULES
+
+    assert sorted(RULE_MODULES) == RULES
+
+
+def _long_functions(path: Path) -> list[str]:
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            length = node.end_lineno - node.lineno + 1
+            if length > MAX_RULE_FUNCTION_LINES:
+                out.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({length} lines)")
+    return out
+
+
+def test_no_function_in_a_rule_module_is_longer_than_50_lines():
+    long = [f for name in RULES for f in _long_functions(MODULES[name])]
+    assert not long, long

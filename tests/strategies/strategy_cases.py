@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 from leir import Signature, format_program, parse_program
+from leir.ast import Access, map_stmt
+from strategies.analysis.tree import map_program_stmts
 from strategies.base import Context
 from strategies.registry import get
 
@@ -26,3 +28,11 @@ def assert_golden(strategy: str, before: str, expected: list[str], signature: Si
     got = [parse_program(t) for t in results(strategy, before, signature, target)]
     want = [parse_program(t) for t in expected]
     assert got == want, "\n".join(["got:", *map(format_program, got), "expected:", *map(format_program, want)])
+
+
+def in_dtype(text: str, code: str) -> str:
+    """The same program with every access in dtype `code` (`f16`, `f32`, `f64`): parsed, every access
+    retyped on the tree, printed."""
+    def retype(n):
+        return Access(n.tensor, code, n.scope, n.indices) if isinstance(n, Access) else n
+    return format_program(map_program_stmts(parse_program(text), lambda s: map_stmt(s, retype)))

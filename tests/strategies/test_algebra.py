@@ -1,11 +1,14 @@
 """Golden and legality tests of the 12 sympy-based mathematical strategies (one statement each)."""
 from __future__ import annotations
 
+import pytest
 import sympy
 from strategy_cases import assert_golden, ctx, results, sig
 
+from strategies.analysis.algebra import identity_problem
+from strategies.analysis.sympy_bridge import Bridge, new_divisions
+from strategies.base import Illegal
 from strategies.registry import get
-from strategies.sympy_bridge import Bridge, new_divisions
 
 SIG = sig(("A", [4, 8], "float64", "input"), ("C", [4, 7], "float64", "input"), ("D", [4, 7], "float64", "output"))
 A, B, C = "A^{f64,g}_{tx,a}", "A^{f64,g}_{tx,a+1}", "C^{f64,g}_{tx,a}"
@@ -103,3 +106,53 @@ def test_records_carry_facts_and_numbers():
     assert t.exactness == "reassociating" and t.level == "mathematical"
     assert any("one symbol per distinct access" in f for f in t.facts)
     assert "3 operations" in t.effect and "28 times" in t.effect
+
+
+def test_the_spot_check_refuses_an_identity_it_could_not_evaluate_anywhere():
+    """exp(exp(100*A)) is infinite at every sample point of the numeric spot check (A >= 1/8 there),
+    so the check confirms nothing. Before issue 23 it counted the points it evaluated, never read the
+    count, and passed: factorization stepped to (A+C)*exp(exp(100*A)) untested. Now it is refused,
+    with the reason."""
+    big = f"exp(exp({A}*100))"
+    text = "B^{4}_{tx=0}L^{7}_{a=0}[D^{f64,g}_{tx,a}=" + f"{big}*{A}+{big}*{C}" + ";];"
+    st, c = get("factorization"), ctx(text, SIG)
+    (site,) = st.sites(c)
+    with pytest.raises(Illegal, match="the numeric spot check evaluated none of its 6 sample points"):
+        st.rewrite(c, site, {})
+    assert results("factorization", text, SIG) == []
+
+
+def test_the_spot_check_tries_probabilities_where_logs_of_one_minus_p_are_complex():
+    """A binary cross-entropy term reads log(1-D) of a sigmoid output D: at the first sample points
+    (D >= 3/8 up to 29/8, here all above 1) it is complex and max(.., -100) cannot compare it, so none
+    evaluates; the points in (0, 1) do, and confirm the identity (the default profile's BCE loss keeps
+    its factorization, cancellation, together, apart and expand_factorization steps)."""
+    s = sig(("C", [4, 8], "float32", "input"), ("D", [4, 8], "float32", "input"), ("F", [], "float32", "output"))
+    bce = ("B^{4}_{tx=0}L^{8}_{a=0}[F^{f32,g}=F^{f32,g}+-(1/(1+exp(-C^{f32,g}_{tx,a}))*max(log(D^{f32,g}_{tx,a}),-100)"
+           "+(1-1/(1+exp(-C^{f32,g}_{tx,a})))*max(log(1-D^{f32,g}_{tx,a}),-100))/512;];")
+    assert results("factorization", bce, s) == [
+        "B^{4}_{tx=0}L^{8}_{a=0}[F^{f32,g}=F^{f32,g}+-((max(log(D^{f32,g}_{tx,a}),-100)+max(log(1-D^{f32,g}_{tx,a}),"
+        "-100)*exp(-C^{f32,g}_{tx,a}))/(512*(1+exp(-C^{f32,g}_{tx,a}))));];"]
+
+
+def test_the_spot_check_passes_identities_and_refuses_wrong_ones():
+    x, y = sympy.symbols("x y", real=True)
+    assert identity_problem(x * x + x * y, x * (x + y)) is None
+    assert identity_problem(x * x + x * y, x * (x - y)) == "numeric spot check of the identity failed"
+    untested = sympy.exp(sympy.exp(100 * x))
+    assert "evaluated none" in identity_problem(untested * (x + y), untested * x + untested * y)
+    # exp(exp(exp(x))) is finite at the first sample point (x = 11/8) only: the other two are skipped,
+    # and the one evaluated decides
+    partly = sympy.exp(sympy.exp(sympy.exp(x)))
+    assert identity_problem(partly * (x + y), partly * x + partly * y) is None
+    assert identity_problem(partly * (x + y), partly * (x - y)) == "numeric spot check of the identity failed"
+    # max(log(1-p), -100) cannot be compared where p > 1 (log(1-p) is complex): so at every first
+    # point of this pair (D = 3/2, 2, 11/4); the points in (0, 1) judge it
+    from leir.parse import parse_expr
+
+    bridge = Bridge()
+    clipped = bridge.to_sympy(parse_expr("max(log(1-D^{f32,g}_{tx,a}),-100)"))
+    (p,) = clipped.free_symbols
+    q = bridge.to_sympy(parse_expr("C^{f32,g}_{tx,a}"))
+    assert identity_problem(clipped * (p + q), clipped * p + clipped * q) is None
+    assert identity_problem(clipped * (p + q), clipped * p) == "numeric spot check of the identity failed"

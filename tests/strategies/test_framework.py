@@ -43,7 +43,7 @@ def test_alpha_equivalent_results_are_not_transformations():
             yield Site(0)
 
         def rewrite(self, c, site, params):
-            from strategies.tree import rename_vars_in_nest
+            from strategies.analysis.tree import rename_vars_in_nest
             return Rewrite(c.program.__class__((rename_vars_in_nest(c.program.nests[0], {"c": "k"}),)))
 
     assert list(Renamer().transformations(ctx(MATMUL, MATMUL_SIG))) == []
@@ -93,5 +93,22 @@ def test_loop_parallelization_refuses_reductions_scans_and_nested_parallelism():
         "P^{2}_{c=0}L^{5}_{a=0}[C^{f64,g}_{c,a}=max(if_then_else(a-1<0,-inf,C^{f64,g}_{c,a-1}),A^{f64,g}_{c,a});];"],
         scan_sig)
     assert_golden("loop_parallelization", scan, [], scan_sig, "cuda")
-    nested = MATMUL.replace("L^{5}_{a=0}", "P^{5}_{a=0}")
+    nested = "B^{4}_{tx=0}P^{5}_{a=0}L^{6}_{c=0}[D^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}+A^{f64,g}_{tx,c}*C^{f64,g}_{c,a};];"
     assert_golden("loop_parallelization", nested, [], MATMUL_SIG)  # c is a reduction axis; a already P
+
+
+def test_sites_are_hashable_typed_matches_with_the_published_json():
+    """A site carries what its strategy found (`Site.match`, frozen and hashable); its JSON keeps the
+    keys of the released steps: the position, then the match's own keys."""
+    from strategies.base import LoopAt, Nests
+
+    c = ctx(MATMUL, MATMUL_SIG)
+    for strategy in ("loop_split", "operator_fission", "reduction_factorization", "cache_read_write"):
+        for site in get(strategy).sites(c):
+            assert hash(site) == hash(Site(**{f: getattr(site, f) for f in Site.__slots__}))
+    split = next(iter(get("loop_split").sites(c)))
+    assert split.match == LoopAt(0)
+    assert json.dumps(split.to_json()) == '{"nest": 0, "loops": ["tx"], "loop_index": 0}'
+    fused = Site(1, tensors=("D",), match=Nests((1, 2)))
+    assert json.dumps(fused.to_json()) == '{"nest": 1, "tensors": ["D"], "nests": [1, 2]}'
+    assert len({split, split, fused}) == 2

@@ -53,8 +53,9 @@ def test_concat_golden_elementwise_operators_write_slices_of_one_stacked_result(
 
 
 def test_concat_offers_both_forms_for_same_template_plain_stores():
-    same = EW.replace("exp(A^{f64,g}_{tx,a})", "A^{f64,g}_{tx,a}*R^{f64,g}_{tx,a}").replace(
-        "A^{f64,g}_{tx,a}*A^{f64,g}_{tx,a}", "A^{f64,g}_{tx,a}*W^{f64,g}_{tx,a}")
+    same = ("B^{4}_{tx=0}L^{8}_{a=0}[D^{f64,g}_{tx,a}=A^{f64,g}_{tx,a}*R^{f64,g}_{tx,a};];"
+            "B^{4}_{tx=0}L^{8}_{a=0}[E^{f64,g}_{tx,a}=A^{f64,g}_{tx,a}*W^{f64,g}_{tx,a};];"
+            "B^{4}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}-E^{f64,g}_{tx,a};];")
     two = sig(("A", [4, 8], "float64", "input"), ("R", [4, 8], "float64", "input"),
               ("W", [4, 8], "float64", "input"), ("C", [4, 8], "float64", "output"))
     got = [t.params["form"] for t in get(CONCAT).transformations(ctx(same, two))]
@@ -62,24 +63,28 @@ def test_concat_offers_both_forms_for_same_template_plain_stores():
 
 
 def test_concat_groups_three_projections_and_every_pair():
-    three = PROJ.replace("B^{4}_{tx=0}L^{5}_{a=0}[C",
-                         "B^{4}_{tx=0}L^{5}_{a=0}L^{6}_{c=0}[F^{f64,g}_{tx,a}=F^{f64,g}_{tx,a}"
-                         "+A^{f64,g}_{tx,c}*R^{f64,g}_{c%5,c};];B^{4}_{tx=0}L^{5}_{a=0}[C")
-    three = three.replace("*E^{f64,g}_{tx,a};", "*E^{f64,g}_{tx,a}*F^{f64,g}_{tx,a};")
-    ts = list(get(CONCAT).transformations(ctx(three, MM)))
+    d_and_e = ("B^{4}_{tx=0}L^{5}_{a=0}L^{6}_{c=0}[D^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}+A^{f64,g}_{tx,c}*R^{f64,g}_{a,c};];"
+               "B^{4}_{tx=0}L^{5}_{a=0}L^{6}_{c=0}[E^{f64,g}_{tx,a}=E^{f64,g}_{tx,a}+A^{f64,g}_{tx,c}*W^{f64,g}_{a,c};];")
+    product = "B^{4}_{tx=0}L^{5}_{a=0}[C^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}*E^{f64,g}_{tx,a}*F^{f64,g}_{tx,a};];"
+    other = "B^{4}_{tx=0}L^{5}_{a=0}L^{6}_{c=0}[F^{f64,g}_{tx,a}=F^{f64,g}_{tx,a}+A^{f64,g}_{tx,c}*R^{f64,g}_{c%5,c};];"
+    ts = list(get(CONCAT).transformations(ctx(d_and_e + other + product, MM)))
     assert [t.site.tensors for t in ts] == [("D", "E")]  # F reads R at other subscripts: not one template
-    same = three.replace("R^{f64,g}_{c%5,c}", "M^{f64,g}_{a,c}")
+    same = "B^{4}_{tx=0}L^{5}_{a=0}L^{6}_{c=0}[F^{f64,g}_{tx,a}=F^{f64,g}_{tx,a}+A^{f64,g}_{tx,c}*M^{f64,g}_{a,c};];"
     m3 = sig(("A", [4, 6], "float64", "input"), ("R", [5, 6], "float64", "input"),
              ("W", [5, 6], "float64", "input"), ("M", [5, 6], "float64", "input"), ("C", [4, 5], "float64", "output"))
-    ts = list(get(CONCAT).transformations(ctx(same, m3)))
+    ts = list(get(CONCAT).transformations(ctx(d_and_e + same + product, m3)))
     assert [t.site.tensors for t in ts] == [("D", "E"), ("D", "F"), ("D", "E", "F"), ("E", "F")]
-    whole = ts[2].after_text
-    assert whole.startswith("B^{5}_{tx=0}L^{6}_{a=0}[")
-    assert "L^{3}_{d=0}B^{4}_{tx=0}" in whole and "*Y^{f64,g}_{d,a,c}" in whole and "X^{f64,g}_{2,tx,a}" in whole
+    assert ts[2].after_text == (
+        "B^{5}_{tx=0}L^{6}_{a=0}[Y^{f64,g}_{0,tx,a}=R^{f64,g}_{tx,a};Y^{f64,g}_{1,tx,a}=W^{f64,g}_{tx,a};"
+        "Y^{f64,g}_{2,tx,a}=M^{f64,g}_{tx,a};];"
+        "L^{3}_{d=0}B^{4}_{tx=0}L^{5}_{a=0}L^{6}_{c=0}[X^{f64,g}_{d,tx,a}=X^{f64,g}_{d,tx,a}+A^{f64,g}_{tx,c}*Y^{f64,g}_{d,a,c};];"
+        "B^{4}_{tx=0}L^{5}_{a=0}[C^{f64,g}_{tx,a}=X^{f64,g}_{0,tx,a}*X^{f64,g}_{1,tx,a}*X^{f64,g}_{2,tx,a};];")
 
 
 def test_concat_refuses_dependent_parts_and_moves_across_writers():
-    dependent = PROJ.replace("A^{f64,g}_{tx,c}*W^{f64,g}_{a,c}", "D^{f64,g}_{tx,a}*W^{f64,g}_{a,c}")
+    dependent = ("B^{4}_{tx=0}L^{5}_{a=0}L^{6}_{c=0}[D^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}+A^{f64,g}_{tx,c}*R^{f64,g}_{a,c};];"
+                 "B^{4}_{tx=0}L^{5}_{a=0}L^{6}_{c=0}[E^{f64,g}_{tx,a}=E^{f64,g}_{tx,a}+D^{f64,g}_{tx,a}*W^{f64,g}_{a,c};];"
+                 "B^{4}_{tx=0}L^{5}_{a=0}[C^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}*E^{f64,g}_{tx,a};];")
     assert results(CONCAT, dependent, MM) == []          # the second part reads the first part's result
     between = ("B^{4}_{tx=0}L^{8}_{a=0}[D^{f64,g}_{tx,a}=exp(A^{f64,g}_{tx,a});];"
                "B^{4}_{tx=0}L^{8}_{a=0}[G^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}+1;];"
@@ -91,13 +96,18 @@ def test_concat_refuses_dependent_parts_and_moves_across_writers():
 def test_concat_refuses_known_tensors_other_shapes_and_unshared_inputs():
     outputs = sig(("A", [4, 8], "float64", "input"), ("D", [4, 8], "float64", "output"),
                   ("E", [4, 8], "float64", "output"))
-    assert results(CONCAT, EW.rsplit("B^{4}", 1)[0], outputs) == []    # known tensors keep their names
-    wider = EW.replace("B^{4}_{tx=0}L^{8}_{a=0}[E^{f64,g}_{tx,a}=A^{f64,g}_{tx,a}*A^{f64,g}_{tx,a};]",
-                       "B^{4}_{tx=0}L^{4}_{a=0}[E^{f64,g}_{tx,a}=A^{f64,g}_{tx,a}*A^{f64,g}_{tx,a};]")
+    known = ("B^{4}_{tx=0}L^{8}_{a=0}[D^{f64,g}_{tx,a}=exp(A^{f64,g}_{tx,a});];"
+             "B^{4}_{tx=0}L^{8}_{a=0}[E^{f64,g}_{tx,a}=A^{f64,g}_{tx,a}*A^{f64,g}_{tx,a};];")
+    assert results(CONCAT, known, outputs) == []    # known tensors keep their names
+    wider = ("B^{4}_{tx=0}L^{8}_{a=0}[D^{f64,g}_{tx,a}=exp(A^{f64,g}_{tx,a});];"
+             "B^{4}_{tx=0}L^{4}_{a=0}[E^{f64,g}_{tx,a}=A^{f64,g}_{tx,a}*A^{f64,g}_{tx,a};];"
+             "B^{4}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}-E^{f64,g}_{tx,a};];")
     assert results(CONCAT, wider, S2) == []
     two_inputs = sig(("A", [4, 8], "float64", "input"), ("H", [4, 8], "float64", "input"),
                      ("C", [4, 8], "float64", "output"))
-    unshared = EW.replace("A^{f64,g}_{tx,a}*A^{f64,g}_{tx,a}", "H^{f64,g}_{tx,a}*H^{f64,g}_{tx,a}")
+    unshared = ("B^{4}_{tx=0}L^{8}_{a=0}[D^{f64,g}_{tx,a}=exp(A^{f64,g}_{tx,a});];"
+                "B^{4}_{tx=0}L^{8}_{a=0}[E^{f64,g}_{tx,a}=H^{f64,g}_{tx,a}*H^{f64,g}_{tx,a};];"
+                "B^{4}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}-E^{f64,g}_{tx,a};];")
     assert results(CONCAT, unshared, two_inputs) == []
 
 
@@ -131,17 +141,23 @@ def test_split_undoes_the_elementwise_concat_and_offers_single_parts_from_three(
     assert results(SPLIT, EW_CONCAT, S2) == [
         "B^{4}_{tx=0}L^{8}_{a=0}[G^{f64,g}_{tx,a}=exp(A^{f64,g}_{tx,a});H^{f64,g}_{tx,a}=A^{f64,g}_{tx,a}*A^{f64,g}_{tx,a};];"
         "B^{4}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{tx,a}=G^{f64,g}_{tx,a}-H^{f64,g}_{tx,a};];"]
-    three = CHUNK.replace("B^{3}_{tx=0}L^{8}_{a=0}[E", "B^{3}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{2,tx,a}=A^{f64,g}_{tx,a}*2;];"
-                          "B^{3}_{tx=0}L^{8}_{a=0}[E").replace("*C^{f64,g}_{1,tx,a};", "*C^{f64,g}_{1,tx,a}-C^{f64,g}_{2,tx,a};")
+    three = ("B^{3}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{0,tx,a}=A^{f64,g}_{tx,a};];"
+             "B^{3}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{1,tx,a}=A^{f64,g}_{tx,a+8};];"
+             "B^{3}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{2,tx,a}=A^{f64,g}_{tx,a}*2;];"
+             "B^{3}_{tx=0}L^{8}_{a=0}[E^{f64,g}_{tx,a}=C^{f64,g}_{0,tx,a}*C^{f64,g}_{1,tx,a}-C^{f64,g}_{2,tx,a};];")
     params = [t.params for t in get(SPLIT).transformations(ctx(three, SPL))]
     assert params == [{"parts": "all"}, {"part": 0}, {"part": 1}, {"part": 2}]
 
 
 def test_split_refuses_variable_reads_value_uses_carried_loops_and_init_changes():
-    summed = CHUNK.replace("B^{3}_{tx=0}L^{8}_{a=0}[E^{f64,g}_{tx,a}=C^{f64,g}_{0,tx,a}*C^{f64,g}_{1,tx,a};]",
-                           "B^{3}_{tx=0}L^{8}_{a=0}L^{2}_{c=0}[E^{f64,g}_{tx,a}=E^{f64,g}_{tx,a}+C^{f64,g}_{c,tx,a};]")
+    summed = ("B^{3}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{0,tx,a}=A^{f64,g}_{tx,a};];"
+              "B^{3}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{1,tx,a}=A^{f64,g}_{tx,a+8};];"
+              "B^{3}_{tx=0}L^{8}_{a=0}L^{2}_{c=0}[E^{f64,g}_{tx,a}=E^{f64,g}_{tx,a}+C^{f64,g}_{c,tx,a};];")
     assert results(SPLIT, summed, SPL) == []               # a reader needs every part at once
-    as_value = PROJ_CONCAT.replace("A^{f64,g}_{tx,c}*Y^{f64,g}_{d,a,c}", "A^{f64,g}_{tx,c}*Y^{f64,g}_{d,a,c}*d")
+    as_value = ("B^{5}_{tx=0}L^{6}_{a=0}[Y^{f64,g}_{0,tx,a}=R^{f64,g}_{tx,a};Y^{f64,g}_{1,tx,a}=W^{f64,g}_{tx,a};];"
+                "L^{2}_{d=0}B^{4}_{tx=0}L^{5}_{a=0}L^{6}_{c=0}"
+                "[X^{f64,g}_{d,tx,a}=X^{f64,g}_{d,tx,a}+A^{f64,g}_{tx,c}*Y^{f64,g}_{d,a,c}*d;];"
+                "B^{4}_{tx=0}L^{5}_{a=0}[C^{f64,g}_{tx,a}=X^{f64,g}_{0,tx,a}*X^{f64,g}_{1,tx,a};];")
     assert results(SPLIT, as_value, MM) == []              # d is a value, not only a subscript
     carried = ("L^{2}_{d=0}B^{4}_{tx=0}L^{8}_{a=0}[F^{f64,g}_{d,tx,a}=if_then_else(d<1,A^{f64,g}_{tx,a},"
                "F^{f64,g}_{d-1,tx,a}*2);];B^{4}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{tx,a}=F^{f64,g}_{1,tx,a};];")
@@ -154,7 +170,9 @@ def test_split_refuses_variable_reads_value_uses_carried_loops_and_init_changes(
 
 def test_split_refuses_known_tensors():
     stacked_out = sig(("A", [3, 16], "float64", "input"), ("C", [2, 3, 8], "float64", "output"))
-    assert results(SPLIT, CHUNK.rsplit("B^{3}", 1)[0], stacked_out) == []
+    parts_only = ("B^{3}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{0,tx,a}=A^{f64,g}_{tx,a};];"
+                  "B^{3}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{1,tx,a}=A^{f64,g}_{tx,a+8};];")
+    assert results(SPLIT, parts_only, stacked_out) == []
 
 
 # --- the catalogue ----------------------------------------------------------------------------------------

@@ -1,8 +1,17 @@
-"""Dependence facts the loop strategies check (conservative: when unsure, the answer is 'carried')."""
+"""Dependence facts the rules check (conservative: when unsure, the answer is 'carried'), and the
+number of iterations a set of loops runs. Queries answer "why not, or None"; a rule turns a reason
+into a refusal with `strategies.base.refuse`."""
 from __future__ import annotations
 
-from leir.analysis import affine_form, index_range, loop_bounds
-from leir.ast import Access, Loop, Nest, Stmt, Var, accesses, walk_expr
+import math
+
+from leir.analysis import affine_form, lhs_vars, loop_bounds, reduction_op
+from leir.ast import Access, BinOp, Loop, Nest, Stmt, accesses
+
+
+def iterations(loops) -> int:
+    """How many times the body of `loops` runs: the product of their extents (1 for no loop)."""
+    return math.prod(lp.extent for lp in loops)
 
 
 def body_statements(nest: Nest, outer: tuple[Loop, ...] = ()) -> list[tuple[Stmt, tuple[Loop, ...]]]:
@@ -59,8 +68,6 @@ def merged_subscript_vars(stmt: Stmt, loops: tuple[Loop, ...]) -> list[str]:
     """Loop variables in the statement's left-hand subscript that do not separate its elements
     (`F_{tx,a//16}`: sixteen iterations of `a` write one element): such a loop is a reduction axis
     too, although its variable appears on the left."""
-    from leir.analysis import lhs_vars
-
     return [v for v in lhs_vars(stmt) if any(lp.var == v for lp in loops)
             and separating_dim(stmt.lhs, v, loops) is None]
 
@@ -68,14 +75,8 @@ def merged_subscript_vars(stmt: Stmt, loops: tuple[Loop, ...]) -> list[str]:
 def accumulated_terms(stmt: Stmt, loops: tuple[Loop, ...]) -> int:
     """How many terms an update accumulates into each element: the product of the extents of its
     reduction loops (those not in the left-hand subscript, and those merged by it)."""
-    from leir.analysis import lhs_vars
-
     spatial = set(lhs_vars(stmt)) - set(merged_subscript_vars(stmt, loops))
-    total = 1
-    for lp in loops:
-        if lp.var not in spatial:
-            total *= lp.extent
-    return total
+    return iterations(lp for lp in loops if lp.var not in spatial)
 
 
 def loop_carries_dependence(stmts: list[tuple[Stmt, tuple[Loop, ...]]], var: str) -> str | None:
@@ -107,20 +108,19 @@ def _reads(stmt: Stmt):
     yield from accesses(stmt.rhs)
 
 
-def uses_var(stmts: list[tuple[Stmt, tuple[Loop, ...]]], var: str) -> bool:
-    return any(isinstance(n, Var) and n.name == var
-               for stmt, _ in stmts for n in (*walk_expr(stmt.lhs), *walk_expr(stmt.rhs)))
-
-
-def iterations(loops: tuple[Loop, ...]) -> int:
-    total = 1
-    for lp in loops:
-        total *= lp.extent
-    return total
-
-
-__all__ = ["body_statements", "separating_dim", "loop_carries_dependence", "uses_var", "iterations",
-           "index_range"]
+def reads_without_self(stmt: Stmt) -> list[Access]:
+    """The accesses an accumulation folds in, without the accumulator it updates: `e` of
+    `max(X,e)`, the right operands of the left spine `X op e1 op e2 ...`."""
+    op = reduction_op(stmt)
+    rhs = stmt.rhs
+    if op in ("max", "min"):
+        return list(accesses(rhs.args[1]))
+    out = []
+    node = rhs
+    while isinstance(node, BinOp) and node != stmt.lhs:
+        out += list(accesses(node.rhs))
+        node = node.lhs
+    return out
 
 
 # --- dependences between loops, statements and nests (graph and loop strategies) ---------------------

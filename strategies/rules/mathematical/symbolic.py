@@ -1,61 +1,38 @@
-"""Mathematical strategies on one statement's expression, through sympy (the 12 algebraic ones).
+"""The 12 algebraic rules: one sympy transformation each of a statement's target expression
+(`strategies.analysis.algebra.Target`), written as `SympyStrategy` subclasses of a few lines.
 
-Each strategy is one sympy transformation of the statement's target expression (see
-`algebra_common.Target`). The rewrite is a step only when the sympy result differs from the input's
-own canonical sympy form (so `A*A` -> `A**2`, which sympy already writes as `A**2`, is no step).
-Every rewrite is checked: exact back-substitution (the LEIR result translates back to the same sympy
-expression), no new division by something that may be zero, an independent numeric spot check of the
-identity, and `finish` (validates, same implicit initialisations). All are `reassociating`: the
-floating-point operations change, so results agree within rounding.
+The rewrite is a step only when the sympy result differs from the input's own canonical sympy form
+(so `A*A` -> `A**2`, which sympy already writes as `A**2`, is no step). Every rewrite is checked:
+exact back-substitution (the LEIR result translates back to the same sympy expression), no new
+division by something that may be zero, an independent numeric spot check of the identity (which
+must evaluate at least one sample point), no overflow or loss of conditioning in the dtype, and
+`finish` (validates, same implicit initialisations). All are `reassociating`: the floating-point
+operations change, so results agree within rounding.
 """
 from __future__ import annotations
 
-import math
-import random
 from functools import lru_cache
 
 import sympy
 
+from leir.ast import Access, Call, Neg, walk_expr
 from leir.printer import format_expr
-from strategies.algebra_common import Target, algebra_target, executions, finish, plural, unguarded_exp
-from strategies.base import Context, Illegal, Rewrite, Site, Strategy
-from strategies.legality import accumulated_terms
-from strategies.magnitudes import conditioning_problem, overflow_problem
-from strategies.numerics import sum_drift_problem
-from strategies.registry import register
-from strategies.sympy_bridge import Bridge, Untranslatable, count_ops, denominators, new_divisions
-from strategies.tree import replace_item
-
-MAX_OPS = 40       # larger expressions are left alone: sympy's factor/apart can take seconds
-MAX_SYMBOLS = 10
-
-
-class Translated:
-    """A statement's target expression in sympy, with the bridge that made it."""
-
-    def __init__(self, target: Target, bridge: Bridge | None = None, expr: sympy.Expr | None = None):
-        self.target = target
-        self.bridge = bridge or Bridge()
-        self.expr = expr if expr is not None else self.bridge.to_sympy(target.expr)
-
-
-@lru_cache(maxsize=2048)
-def translate(stmt) -> Translated | None:
-    target = algebra_target(stmt)
-    if target is None or count_ops(target.expr) > MAX_OPS:
-        return None
-    try:
-        tr = Translated(target)
-    except Untranslatable:
-        return None
-    if len(tr.expr.free_symbols) > MAX_SYMBOLS or tr.expr.is_Number:
-        return None
-    return tr
+from strategies.analysis.algebra import Translated, atomize, identity_problem, translate, unguarded_exp
+from strategies.analysis.gates import finish
+from strategies.analysis.legality import accumulated_terms, iterations
+from strategies.analysis.magnitudes import conditioning_problem, overflow_problem
+from strategies.analysis.numerics import sum_drift_problem
+from strategies.analysis.prose import plural
+from strategies.analysis.sympy_bridge import Untranslatable, count_ops, denominators, new_divisions
+from strategies.analysis.tree import replace_item
+from strategies.base import Context, Illegal, Rewrite, Site, Strategy, refuse
+from strategies.registry import get, register
 
 
 class SympyStrategy(Strategy):
     """A statement-level sympy rewrite. Subclasses define `transform` (and `parameters` when the
-    rewrite depends on a chosen symbol), `why` (what the form buys) and optionally `extra_facts`."""
+    rewrite depends on a chosen symbol), `why` (what the form buys) and optionally `check` and
+    `extra_facts`."""
 
     level = "mathematical"
     exactness = "reassociating"
@@ -93,6 +70,19 @@ class SympyStrategy(Strategy):
         after = _cached_transform(self.name, st.stmt, _key(params))
         if after is None or after == tr.expr:
             raise Illegal(f"{self.name} leaves the expression as it is")
+        new_expr = self._back_substituted(tr, after)
+        code = st.stmt.lhs.dtype
+        refuse(overflow_problem(ctx.program, ctx.signature, st.loops, tr.target.expr, new_expr, code)
+               or conditioning_problem(ctx.program, ctx.signature, st.loops, tr.target.expr, new_expr, code))
+        if tr.target.op in ("+", "-", "*"):
+            refuse(sum_drift_problem(accumulated_terms(st.stmt, st.loops), code, st.stmt.lhs.tensor))
+        self.check(ctx, tr, new_expr)
+        program = finish(ctx, replace_item(ctx.program, site.nest, site.path, (tr.target.rebuild(new_expr),)))
+        return Rewrite(program, self._facts(tr, after, params), self._effect(st, tr, new_expr))
+
+    def _back_substituted(self, tr: Translated, after: sympy.Expr):
+        """`after` as LEIR, refused unless it is exact, divides by nothing new that may be zero, and
+        agrees with the original at the spot check's sample points."""
         bad = new_divisions(tr.expr, after)
         if bad:
             raise Illegal(f"would divide by {bad[0]}, which may be zero")
@@ -103,19 +93,8 @@ class SympyStrategy(Strategy):
             raise Illegal(f"no exact LEIR form: {e}") from e
         if back != after and sympy.cancel(sympy.expand(back - after)) != 0:
             raise Illegal("back-substitution is not exact")
-        if not _same_values(tr.expr, after):
-            raise Illegal("numeric spot check of the identity failed")
-        code = st.stmt.lhs.dtype
-        problem = (overflow_problem(ctx.program, ctx.signature, st.loops, tr.target.expr, new_expr, code)
-                   or conditioning_problem(ctx.program, ctx.signature, st.loops, tr.target.expr, new_expr, code))
-        if not problem and tr.target.op in ("+", "-", "*"):
-            problem = sum_drift_problem(accumulated_terms(st.stmt, st.loops), st.stmt.lhs.dtype, st.stmt.lhs.tensor)
-        if problem:
-            raise Illegal(problem)
-        self.check(ctx, tr, new_expr)
-        stmt = tr.target.rebuild(new_expr)
-        program = finish(ctx, replace_item(ctx.program, site.nest, site.path, (stmt,)))
-        return Rewrite(program, self._facts(tr, after, params), self._effect(st, tr, new_expr))
+        refuse(identity_problem(tr.expr, after))
+        return new_expr
 
     def _facts(self, tr: Translated, after, params) -> tuple[str, ...]:
         facts = [_symbols_fact(tr), "the new expression equals the old one as an exact symbolic identity "
@@ -135,7 +114,7 @@ class SympyStrategy(Strategy):
 
     def _effect(self, st, tr: Translated, new_expr) -> str:
         before, after = count_ops(tr.target.expr), count_ops(new_expr)
-        n = executions(st)
+        n = iterations(st.loops)
         change = (f"saves {before - after} per element, {(before - after) * n} in all" if after < before else
                   f"costs {after - before} more per element" if after > before else "keeps the count")
         return (f"{self.why} The expression of {st.stmt.lhs.tensor} goes from {plural(before, 'operation')} to "
@@ -148,8 +127,6 @@ def _key(params: dict) -> tuple:
 
 @lru_cache(maxsize=4096)
 def _cached_transform(name: str, stmt, key: tuple) -> sympy.Expr | None:
-    from strategies.registry import get
-
     tr = translate(stmt)
     strategy = get(name)
     try:
@@ -162,20 +139,6 @@ def _cached_transform(name: str, stmt, key: tuple) -> sympy.Expr | None:
     except (sympy.PolynomialError, sympy.SympifyError, NotImplementedError, ValueError, TypeError,
             AttributeError, RecursionError):
         return None  # sympy cannot do it here (not rational in the symbol, ...): no step
-
-
-def atomize(e: sympy.Expr, table: dict) -> sympy.Expr:
-    """`e` with every transcendental call and fractional power replaced by a symbol (same sign facts)."""
-    if e.is_Atom:
-        return e
-    if e.is_Pow and not e.exp.is_Integer and e.exp.is_Number and e.exp < 0:
-        return sympy.Pow(atomize(sympy.Pow(e.base, -e.exp), table), -1)
-    if isinstance(e, sympy.Function) or (e.is_Pow and not e.exp.is_Integer):
-        if e not in table:
-            table[e] = sympy.Symbol("@" + str(e), real=True, positive=e.is_positive or None,
-                                    nonnegative=e.is_nonnegative or None, nonzero=e.is_nonzero or None)
-        return table[e]
-    return e.func(*[atomize(a, table) for a in e.args])
 
 
 def _symbols_fact(tr: Translated) -> str:
@@ -196,27 +159,6 @@ def _show(tr: Translated, e) -> str:
         return format_expr(tr.bridge.from_sympy(e))
     except Untranslatable:
         return str(e)
-
-
-def _same_values(before: sympy.Expr, after: sympy.Expr, points: int = 3) -> bool:
-    """Both sides at deterministic sample points (positive values, where logs and roots are real)."""
-    syms = sorted(before.free_symbols | after.free_symbols, key=lambda s: s.name)
-    rng = random.Random("spot-check:" + ",".join(s.name for s in syms))
-    checked = 0
-    for _ in range(points):
-        values = {s: sympy.Rational(rng.randint(3, 29), 8) if not s.is_integer else rng.randint(1, 6)
-                  for s in syms}
-        try:
-            a = complex(before.evalf(30, subs=values))
-            b = complex(after.evalf(30, subs=values))
-        except (TypeError, ValueError, ZeroDivisionError):
-            continue
-        if not all(math.isfinite(v.real) and math.isfinite(v.imag) for v in (a, b)):
-            continue
-        if abs(a - b) > 1e-9 * max(1.0, abs(a)):
-            return False
-        checked += 1
-    return True
 
 
 # --- the twelve strategies -------------------------------------------------------------------------
@@ -364,17 +306,13 @@ class ExpandPowsimp(SympyStrategy):
 
     def check(self, ctx, tr, new_expr):
         """Splitting exp(x-M) with M a max reduction drops a softmax's overflow guard."""
-        from leir.ast import Access, Call, Neg, walk_expr
-
         for node in walk_expr(new_expr):
             if isinstance(node, Call) and node.fn == "exp":
                 arg = node.args[0]
                 while isinstance(arg, Neg):
                     arg = arg.operand
                 if isinstance(arg, Access):
-                    reason = unguarded_exp(ctx, tr.target.expr, arg)
-                    if reason:
-                        raise Illegal(reason)
+                    refuse(unguarded_exp(ctx, tr.target.expr, arg))
 
 
 @register

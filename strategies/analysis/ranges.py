@@ -12,11 +12,11 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from leir.analysis import implicit_inits, lhs_vars, reduction_op, statement_sites
+from leir.analysis import implicit_inits, loop_bounds, reduction_op, statement_sites
 from leir.ast import Access, BinOp, Call, Neg, Num, Program, Select, Stmt, Var, accesses
 from leir.signature import Signature
-from strategies.legality import merged_subscript_vars
-from strategies.numerics import DATA_MAGNITUDE, FORMATS
+from strategies.analysis.legality import accumulated_terms
+from strategies.analysis.numerics import DATA_MAGNITUDE, FORMATS
 
 INF = math.inf
 
@@ -68,30 +68,24 @@ def _written_range(stmt: Stmt, loops, ranges, fresh: bool) -> Interval:
         return UNKNOWN
     own = stmt.lhs.tensor
     if not any(a.tensor == own for a in accesses(stmt.rhs)):
-        return expr_range(stmt.rhs, ranges, _bounds(loops))[0]
+        return expr_range(stmt.rhs, ranges, loop_bounds(loops))[0]
     op = reduction_op(stmt)
     start = Interval(0.0, 0.0) if fresh else ranges.get(own, UNKNOWN)
     if op in ("max", "min") and isinstance(stmt.rhs, Call) and own not in _reads(stmt.rhs.args[1]):
-        term = expr_range(stmt.rhs.args[1], ranges, _bounds(loops))[0]
+        term = expr_range(stmt.rhs.args[1], ranges, loop_bounds(loops))[0]
         return term if fresh else start.union(term)
     if op in ("+", "-") and isinstance(stmt.rhs, BinOp) and stmt.rhs.lhs == stmt.lhs \
             and own not in _reads(stmt.rhs.rhs):
-        term = expr_range(stmt.rhs.rhs, ranges, _bounds(loops))[0]
+        term = expr_range(stmt.rhs.rhs, ranges, loop_bounds(loops))[0]
         if op == "-":
             term = Interval(-term.hi, -term.lo)
-        spatial = set(lhs_vars(stmt)) - set(merged_subscript_vars(stmt, loops))
-        n = math.prod(lp.extent for lp in loops if lp.var not in spatial)
-        grown = term.scaled(n)
+        grown = term.scaled(accumulated_terms(stmt, loops))
         return Interval(start.lo + grown.lo, start.hi + grown.hi)
     return UNKNOWN  # products, scans, running updates: no useful bound
 
 
 def _reads(expr) -> set[str]:
     return {a.tensor for a in accesses(expr)}
-
-
-def _bounds(loops) -> dict[str, tuple[int, int]]:
-    return {lp.var: (lp.start, lp.start + lp.extent - 1) for lp in loops}
 
 
 def expr_range(expr, ranges: dict[str, Interval], bounds: dict[str, tuple[int, int]]) -> tuple[Interval, float]:

@@ -13,11 +13,12 @@ import hashlib
 
 import numpy as np
 
+from leir.analysis import loop_bounds
 from leir.ast import Access, And, BinOp, Call, Compare, Neg, Num, Or, Program, Select, Var, walk_expr
 from leir.printer import format_expr
 from leir.signature import Signature
-from strategies.numerics import DATA_MAGNITUDE, FORMATS, literal_problem
-from strategies.ranges import Interval, tensor_ranges
+from strategies.analysis.numerics import DATA_MAGNITUDE, FORMATS, literal_problem
+from strategies.analysis.ranges import Interval, tensor_ranges
 
 SAMPLES = 512
 
@@ -155,7 +156,7 @@ def overflow_problem(program: Program, signature: Signature, loops, old, new, co
             if problem:
                 return problem
     ranges = tensor_ranges(program, signature)
-    bounds = {lp.var: (lp.start, lp.start + lp.extent - 1) for lp in loops}
+    bounds = loop_bounds(loops)
     before, after = sampled_peak(old, ranges, bounds), sampled_peak(new, ranges, bounds)
     if before is None or after is None:
         return None
@@ -191,7 +192,7 @@ def conditioning_problem(program: Program, signature: Signature, loops, old, new
     fmt = FORMATS.get(code)
     if fmt is None or code not in NUMPY_TYPES:
         return None
-    bounds = {lp.var: (lp.start, lp.start + lp.extent - 1) for lp in loops}
+    bounds = loop_bounds(loops)
     rounded, dtype = _leaves(tensor_ranges(program, signature)), NUMPY_TYPES[code]
 
     def in_dtype(acc):  # the values a program of this dtype reads

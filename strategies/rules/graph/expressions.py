@@ -1,0 +1,153 @@
+"""expression_splitting and expression_reorder: the same operations in two statements, and the same
+work in another order (operands of + and *, independent nests or body items)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from leir.analysis import is_product, reduction_op
+from leir.ast import Access, BinOp, Call, Nest, Num, Program, Stmt, Var, accesses
+from leir.printer import format_expr
+from strategies.analysis.gates import check_inits
+from strategies.analysis.legality import body_statements, dependence_names
+from strategies.analysis.tree import bands, enclosing_loops, get_item, replace_item, replace_stmt
+from strategies.base import Illegal, Match, Rewrite, Site, Strategy
+from strategies.registry import register
+
+SPLIT_OPS = ("+", "-", "*", "/")
+COMMUTATIVE = ("+", "*")
+
+
+def _leaf(e) -> bool:
+    return isinstance(e, Access | Var | Num)
+
+
+@register
+class ExpressionSplitting(Strategy):
+    name = "expression_splitting"
+    level = "graph"
+    exactness = "exact"
+    description = "Split `X = a op b` into `X = a; X = X op b` (the same operations, in two statements)."
+
+    def sites(self, ctx):
+        for s in ctx.sites:
+            rhs = s.stmt.rhs
+            if (isinstance(rhs, BinOp) and rhs.op in SPLIT_OPS and rhs.lhs != s.stmt.lhs
+                    and not (_leaf(rhs.lhs) and _leaf(rhs.rhs))):
+                yield Site(s.nest_index, s.path, stmts=(s.order,), tensors=(s.stmt.lhs.tensor,))
+
+    def rewrite(self, ctx, site, params):
+        s = ctx.sites[site.stmts[0]]
+        x, rhs = s.stmt.lhs, s.stmt.rhs
+        if any(a.tensor == x.tensor for a in accesses(rhs.rhs)):
+            raise Illegal(f"the right operand reads {x.tensor}")
+        if rhs.op in ("+", "-") and (is_product(rhs.lhs) or is_product(rhs.rhs)):
+            raise Illegal("splitting a product from a sum would prevent a fused multiply-add and round "
+                          "differently")
+        program = replace_stmt(ctx.program, s, Stmt(x, rhs.lhs), Stmt(x, BinOp(rhs.op, x, rhs.rhs)))
+        check_inits(ctx, program, {k: k + (1 if k > s.order else 0) for k in range(len(ctx.sites))})
+        facts = (f"{x.tensor} holds {format_expr(rhs.lhs)} only between the two statements of one iteration; "
+                 "no other statement runs in between",
+                 f"the right operand {format_expr(rhs.rhs)} does not read {x.tensor}",
+                 "the operations and their order are unchanged, and the stored value has the dtype it is "
+                 "computed in, so the result is the same")
+        effect = (f"Statement {s.order + 1} is split at its top-level '{rhs.op}': each part is a smaller "
+                  "expression that later steps (fission, caching, scheduling) can treat separately.")
+        return Rewrite(program, facts, effect)
+
+
+# --- expression_reorder ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Swap(Match):
+    """What is swapped: `operands` of the site's statement, the `nests` at site.nest and the next one,
+    or the body `items` at site.path and the next one."""
+
+    swap: str
+
+
+def value_part(stmt: Stmt):
+    """The part of the right-hand side that a reduction folds in (`e` of `X op e`), or the whole."""
+    op = reduction_op(stmt)
+    if op in ("max", "min"):
+        return stmt.rhs.args[1], lambda e: Call(op, (stmt.rhs.args[0], e))
+    if op is not None and isinstance(stmt.rhs, BinOp) and stmt.rhs.lhs == stmt.lhs:
+        return stmt.rhs.rhs, lambda e: BinOp(stmt.rhs.op, stmt.lhs, e)
+    return stmt.rhs, lambda e: e
+
+
+def _swappable(e) -> bool:
+    """Only + and *: max/min are not bitwise commutative (max(-0.0, 0.0) and max(0.0, -0.0) differ, and
+    so do NaN operands), so swapping them would not be an `exact` step."""
+    return isinstance(e, BinOp) and e.op in COMMUTATIVE and e.lhs != e.rhs
+
+
+def _item_stmts(item, outer):
+    if isinstance(item, Stmt):
+        return [(item, outer)]
+    return body_statements(item, outer)
+
+
+@register
+class ExpressionReorder(Strategy):
+    name = "expression_reorder"
+    level = "graph"
+    exactness = "exact"
+    description = ("Reorder the operands of a commutative operation, or two adjacent independent "
+                   "statements or nests.")
+
+    def sites(self, ctx):
+        for s in ctx.sites:
+            e, _ = value_part(s.stmt)
+            if _swappable(e):
+                yield Site(s.nest_index, s.path, stmts=(s.order,), match=Swap("operands"))
+        for i in range(len(ctx.program.nests) - 1):
+            yield Site(i, match=Swap("nests"))
+        for top, path, nest, _ in bands(ctx.program):
+            for i in range(len(nest.body) - 1):
+                yield Site(top, path + (i,), match=Swap("items"))
+
+    def rewrite(self, ctx, site, params):
+        if site.match.swap == "operands":
+            return self._operands(ctx, site)
+        if site.match.swap == "nests":
+            program, first, second, where = self._nests(ctx, site)
+        else:
+            program, first, second, where = self._items(ctx, site)
+        deps = dependence_names(first, second)
+        if deps:
+            raise Illegal(f"{where} are not independent: {'; '.join(deps)}")
+        facts = (f"{where} share no tensor that either writes: no true, anti or output dependence between them",
+                 "so neither can observe the other's effects, in any order")
+        effect = (f"Swapping {where} changes the order of independent work, which can bring a producer and "
+                  "its consumer together for a later fusion.")
+        return Rewrite(program, facts, effect)
+
+    def _nests(self, ctx, site):
+        a, b = ctx.program.nests[site.nest], ctx.program.nests[site.nest + 1]
+        program = Program(ctx.program.nests[:site.nest] + (b, a) + ctx.program.nests[site.nest + 2:])
+        return program, body_statements(a), body_statements(b), f"nests {site.nest + 1} and {site.nest + 2}"
+
+    def _items(self, ctx, site):
+        parent_path, i = site.path[:-1], site.path[-1]
+        parent = get_item(ctx.program, site.nest, parent_path)
+        outer = enclosing_loops(ctx.program, site.nest, parent_path) + parent.loops
+        a, b = parent.body[i], parent.body[i + 1]
+        body = parent.body[:i] + (b, a) + parent.body[i + 2:]
+        program = replace_item(ctx.program, site.nest, parent_path, (Nest(parent.loops, body),))
+        return (program, _item_stmts(a, outer), _item_stmts(b, outer),
+                f"body items {i + 1} and {i + 2} of nest {site.nest + 1}")
+
+    def _operands(self, ctx, site):
+        s = ctx.sites[site.stmts[0]]
+        e, rebuild = value_part(s.stmt)
+        if not _swappable(e):
+            raise Illegal("no commutative operation with distinct operands")
+        swapped = BinOp(e.op, e.rhs, e.lhs) if isinstance(e, BinOp) else Call(e.fn, (e.args[1], e.args[0]))
+        program = replace_stmt(ctx.program, s, Stmt(s.stmt.lhs, rebuild(swapped)))
+        check_inits(ctx, program)
+        facts = (f"'{e.op if isinstance(e, BinOp) else e.fn}' is commutative in floating point (IEEE 754 "
+                 "results do not depend on the operand order)",
+                 "the accumulator form of the statement is unchanged, so its initialisation is too")
+        effect = (f"Statement {s.order + 1} evaluates {format_expr(swapped)} instead of {format_expr(e)}: a "
+                  "canonical operand order exposes common sub-expressions and matching patterns.")
+        return Rewrite(program, facts, effect)

@@ -1,0 +1,216 @@
+"""compute_inline and dead_code_elimination: statements that disappear because what they compute is
+recomputed where it is read, or read nowhere live."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from leir.analysis import StmtSite, contraction_contexts, is_product
+from leir.ast import Access, Var, map_stmt
+from leir.printer import format_expr
+from strategies.analysis.gates import check_inits, positions_without
+from strategies.analysis.legality import iterations, stmt_reads
+from strategies.analysis.tree import remove_items, replace_stmt, substitute_vars
+from strategies.base import Context, Illegal, Match, Rewrite, Site, Strategy
+from strategies.registry import register
+
+
+def readers(ctx: Context, tensor: str) -> list[StmtSite]:
+    return [s for s in ctx.sites if any(a.tensor == tensor for a in stmt_reads(s.stmt))]
+
+
+def writers(ctx: Context, tensor: str) -> list[StmtSite]:
+    return [s for s in ctx.sites if s.stmt.lhs.tensor == tensor]
+
+
+def site_key(site: StmtSite) -> tuple[int, tuple[int, ...]]:
+    return site.nest_index, site.path
+
+
+# --- compute_inline ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Inlinable(Match):
+    """An intermediate's single producer and the statements that read it."""
+
+    producer: StmtSite
+    readers: tuple[StmtSite, ...]
+
+    def to_json(self) -> dict:
+        return {}  # the site's statements are the producer and its readers
+
+
+def inline_candidate(ctx: Context, tensor: str) -> Inlinable:
+    """The single producer and the readers of an intermediate that can be inlined, else Illegal."""
+    info = ctx.tensors.get(tensor)
+    if info is None or info.known:
+        raise Illegal(f"{tensor} is a known tensor")
+    ws = writers(ctx, tensor)
+    if len(ws) != 1:
+        raise Illegal(f"{tensor} is written by {len(ws)} statements")
+    w = ws[0]
+    _check_producer(ctx, tensor, w)
+    rs = readers(ctx, tensor)
+    if not rs:
+        raise Illegal(f"nothing reads {tensor}")
+    for r in rs:
+        _check_reader(tensor, w, r)
+    for a in stmt_reads(w.stmt):
+        for other in writers(ctx, a.tensor):
+            if other.nest_index >= w.nest_index:
+                raise Illegal(f"{a.tensor}, an operand of {tensor}, is written in or after the producer's nest")
+    return Inlinable(w, tuple(rs))
+
+
+def _check_producer(ctx: Context, tensor: str, w: StmtSite) -> None:
+    lhs = w.stmt.lhs
+    ix_vars = [ix.name for ix in lhs.indices if isinstance(ix, Var)]
+    if len(ix_vars) != len(lhs.indices) or len(set(ix_vars)) != len(ix_vars):
+        raise Illegal(f"{tensor} is not written at plain, distinct loop indices")
+    if set(ix_vars) != {lp.var for lp in w.loops}:
+        raise Illegal(f"{tensor} is written repeatedly (a loop of its producer is not in its subscript)")
+    if any(a.tensor == tensor for a in stmt_reads(w.stmt)):
+        raise Illegal(f"{tensor} is an update, not a pure function of its indices")
+
+
+def _check_reader(tensor: str, w: StmtSite, r: StmtSite) -> None:
+    if is_product(w.stmt.rhs) and any(contraction_contexts(r.stmt.rhs, a) for a in stmt_reads(r.stmt)
+                                      if a.tensor == tensor):
+        raise Illegal(f"inlining the product {tensor} into a sum would let the compiler fuse a "
+                      "multiply-add and round differently")
+    if r.nest_index <= w.nest_index:
+        raise Illegal(f"statement {r.order + 1} reads {tensor} inside its producer's nest")
+    if r.stmt.lhs.dtype != w.stmt.lhs.dtype:
+        raise Illegal(f"statement {r.order + 1} computes in {r.stmt.lhs.dtype}, {tensor} is {w.stmt.lhs.dtype}")
+
+
+def inliner(tensor: str, w: StmtSite):
+    """A node map (for `map_stmt`) that replaces every read of `tensor` by the producer's right-hand
+    side at the subscripts read."""
+    names = [ix.name for ix in w.stmt.lhs.indices]
+
+    def fn(n):
+        if isinstance(n, Access) and n.tensor == tensor:
+            return substitute_vars(w.stmt.rhs, dict(zip(names, n.indices, strict=True)))
+        return n
+    return fn
+
+
+@register
+class ComputeInline(Strategy):
+    name = "compute_inline"
+    level = "graph"
+    exactness = "exact"
+    description = "Replace reads of an elementwise intermediate by the expression that computes it."
+
+    def sites(self, ctx):
+        for name, info in ctx.tensors.items():
+            if info.known:
+                continue
+            try:
+                found = inline_candidate(ctx, name)
+            except Illegal:
+                continue
+            yield Site(found.producer.nest_index, tensors=(name,), match=found,
+                       stmts=(found.producer.order,) + tuple(dict.fromkeys(r.order for r in found.readers)))
+
+    def parameters(self, ctx, site):
+        yield {"into": "all"}
+        for order in site.stmts[1:]:
+            yield {"into": order + 1}
+
+    def rewrite(self, ctx, site, params):
+        tensor, w, into = site.tensors[0], site.match.producer, params["into"]
+        chosen = site.match.readers if into == "all" else [r for r in site.match.readers if r.order + 1 == into]
+        if not chosen:
+            raise Illegal(f"statement {into} does not read {tensor}")
+        program = ctx.program
+        for r in chosen:
+            program = replace_stmt(program, r, map_stmt(r.stmt, inliner(tensor, w)))
+        removed = into == "all"
+        if removed:
+            program = remove_items(program, [site_key(w)])
+        check_inits(ctx, program, positions_without(ctx, [w.order] if removed else []))
+        return Rewrite(program, self._facts(tensor, w, chosen), self._effect(tensor, w, chosen, removed))
+
+    def _facts(self, tensor, w, chosen) -> tuple[str, ...]:
+        targets = ", ".join(str(r.order + 1) for r in chosen)
+        return (f"{tensor} is written once per element by statement {w.order + 1}, as a pure function of its "
+                f"indices: {format_expr(w.stmt.rhs)}",
+                f"its operands are final before that nest runs, so recomputing it in statement"
+                f"{'s' if len(chosen) > 1 else ''} {targets} gives the same values, in the same dtype "
+                f"({w.stmt.lhs.dtype})")
+
+    def _effect(self, tensor, w, chosen, removed) -> str:
+        targets = ", ".join(str(r.order + 1) for r in chosen)
+        tail = (f"the producer nest and the {iterations(w.loops)}-element intermediate disappear" if removed else
+                "the producer stays for its other readers until it is dead")
+        plural = len(chosen) > 1
+        return (f"Statement{'s' if plural else ''} {targets} compute{'' if plural else 's'} {tensor} where needed "
+                f"instead of reading it from memory; {tail}.")
+
+
+# --- dead_code_elimination --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class AllDead(Match):
+    """Every dead intermediate at once (the site's tensors)."""
+
+    def to_json(self) -> dict:
+        return {"all": True}
+
+
+def live_tensors(ctx: Context) -> set[str]:
+    live = {t.name for t in ctx.signature.outputs}
+    changed = True
+    while changed:
+        changed = False
+        for s in ctx.sites:
+            if s.stmt.lhs.tensor in live:
+                for a in stmt_reads(s.stmt):
+                    if a.tensor not in live:
+                        live.add(a.tensor)
+                        changed = True
+    return live
+
+
+@register
+class DeadCodeElimination(Strategy):
+    name = "dead_code_elimination"
+    level = "graph"
+    exactness = "exact"
+    description = "Remove the statements that compute an intermediate nothing live reads."
+
+    def sites(self, ctx):
+        live = live_tensors(ctx)
+        dead = [n for n, info in ctx.tensors.items() if not info.known and n not in live]
+        for name in dead:
+            ws = writers(ctx, name)
+            yield Site(ws[0].nest_index if ws else 0, tensors=(name,), stmts=tuple(s.order for s in ws))
+        if len(dead) > 1:
+            yield Site(0, tensors=tuple(dead), match=AllDead())
+
+    def rewrite(self, ctx, site, params):
+        live = live_tensors(ctx)
+        doomed = set(site.tensors)
+        if doomed & live or any(ctx.tensors[t].known for t in doomed):
+            raise Illegal("a tensor of the site is live")
+        for s in ctx.sites:
+            if s.stmt.lhs.tensor not in doomed and any(a.tensor in doomed for a in stmt_reads(s.stmt)):
+                raise Illegal(f"statement {s.order + 1} still reads {', '.join(sorted(doomed))}")
+        gone = [s for s in ctx.sites if s.stmt.lhs.tensor in doomed]
+        if not gone:
+            raise Illegal("nothing to remove")
+        program = remove_items(ctx.program, [site_key(s) for s in gone])
+        names = ", ".join(sorted(doomed, key=list(ctx.tensors).index))
+        return Rewrite(program, self._facts(names, len(doomed)), self._effect(names, gone))
+
+    def _facts(self, names: str, count: int) -> tuple[str, ...]:
+        return (f"{names} {'is' if count == 1 else 'are'} not known tensors (not in the signature)",
+                f"no statement that contributes to the output reads {names}",
+                "the removed statements write nothing else, so every remaining statement sees the same values")
+
+    def _effect(self, names: str, gone: list[StmtSite]) -> str:
+        work = sum(iterations(s.loops) for s in gone)
+        orders = ", ".join(str(s.order + 1) for s in gone)
+        return (f"Removing {len(gone)} statement{'s' if len(gone) > 1 else ''} ({orders}) "
+                f"saves {work} element computations and the storage of {names}.")

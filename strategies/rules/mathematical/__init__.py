@@ -1,0 +1,1 @@
+"""Mathematical rules: algebra on one statement, and the softmax family over reductions."""

@@ -1,0 +1,197 @@
+"""cache_read_write: a reused input block staged in a local cache (cache read), or a reduction
+accumulated in a local register, or a local tile of registers, and stored once (cache write)."""
+from __future__ import annotations
+
+from leir.analysis import lhs_vars, reduction_op
+from leir.ast import Access, Loop, Nest, Stmt, Var, accesses, map_stmt
+from leir.printer import format_expr
+from strategies.analysis.legality import (
+    body_statements,
+    iterations,
+    merged_subscript_vars,
+    reads_without_self,
+    stmt_reads,
+)
+from strategies.analysis.tree import fresh_tensors, literal, replace_nests, vars_in
+from strategies.base import Context, Illegal, Rewrite, Site, Strategy
+from strategies.registry import register
+
+
+@register
+class CacheReadWrite(Strategy):
+    name = "cache_read_write"
+    level = "memory"
+    exactness = "exact"
+    description = ("Stage a reused input block in a local cache (cache read), or accumulate a reduction in "
+                   "a local register and store it once (cache write).")
+
+    def sites(self, ctx):
+        for top, nest in enumerate(ctx.program.nests):
+            if nest.loops and all(isinstance(i, Stmt) for i in nest.body):
+                yield Site(top, loops=tuple(lp.var for lp in nest.loops))
+
+    def parameters(self, ctx, site):
+        nest = ctx.program.nests[site.nest]
+        stmts = body_statements(nest)
+        written = {s.lhs.tensor for s, _ in stmts}
+        for tensor in dict.fromkeys(a.tensor for s, _ in stmts for a in stmt_reads(s)):
+            if tensor in written:
+                continue
+            for depth in range(1, len(nest.loops)):
+                yield {"read": tensor, "depth": depth}
+        if len(nest.body) == 1:
+            yield {"write": nest.body[0].lhs.tensor}
+            # register blocking: a tile of accumulators below the first `depth` (spatial) loops
+            for depth in range(1, len(nest.loops) - 1):
+                yield {"write": nest.body[0].lhs.tensor, "depth": depth}
+
+    def rewrite(self, ctx, site, params):
+        if "read" in params:
+            return cache_read(ctx, site.nest, params["read"], params["depth"])
+        if "depth" in params:
+            return cache_write_tile(ctx, site.nest, params["write"], int(params["depth"]))
+        return cache_write(ctx, site.nest, params["write"])
+
+
+# --- cache read ---------------------------------------------------------------------------------------
+
+def cached_read(ctx: Context, top: int, tensor: str, depth: int) -> tuple[Access, list[str]]:
+    """(the one access of `tensor` below loop `depth` of the nest, the inner loop indices it uses), or
+    Illegal where a local copy per iteration of the outer loops would not serve every read."""
+    nest = ctx.program.nests[top]
+    outer, inner = nest.loops[:depth], nest.loops[depth:]
+    if any(lp.kind == "P" for lp in outer):
+        raise Illegal("a parallel loop encloses the cache: its iterations would share one cache")
+    if any(lp.kind in ("B", "V") for lp in inner):
+        raise Illegal("bound or vector loops below the cache level")
+    uses = [a for s, _ in body_statements(nest) for a in stmt_reads(s) if a.tensor == tensor]
+    if len(set(uses)) != 1:
+        raise Illegal(f"{tensor} is read with different subscripts in the nest")
+    acc = uses[0]
+    if any(a.tensor != tensor for ix in acc.indices for a in accesses(ix)):
+        raise Illegal(f"{tensor} is read through a gather")
+    inner_vars = {lp.var for lp in inner}
+    cached: list[str] = []
+    for ix in acc.indices:
+        if not set(vars_in(ix)) & inner_vars:
+            continue
+        if not isinstance(ix, Var) or ix.name in cached:
+            raise Illegal(f"subscript {format_expr(ix)} of {tensor} is not a plain inner loop index")
+        cached.append(ix.name)
+    if not [lp for lp in inner if lp.var not in cached]:
+        raise Illegal(f"no loop below the cache level reuses {tensor}")
+    return acc, cached
+
+
+def cache_read(ctx: Context, top: int, tensor: str, depth: int) -> Rewrite:
+    acc, cached = cached_read(ctx, top, tensor, depth)
+    nest = ctx.program.nests[top]
+    outer, inner = nest.loops[:depth], nest.loops[depth:]
+    k = Access(fresh_tensors(ctx.program, ctx.signature).fresh(), acc.dtype, "l", tuple(Var(v) for v in cached))
+    copy_loops = tuple(Loop("L", lp.extent, lp.var, lp.start) for lp in inner if lp.var in cached)
+    fill = Nest(copy_loops, (Stmt(k, acc),)) if copy_loops else Stmt(k, acc)
+    rest = Nest(inner, tuple(map_stmt(s, lambda n: k if n == acc else n) for s in nest.body))
+    program = replace_nests(ctx.program, top, 1, (Nest(outer, (fill, rest)),))
+    reuse = [lp for lp in inner if lp.var not in cached]
+    size, factor = iterations(copy_loops), iterations(reuse)
+    facts = (f"{tensor} is not written in this nest, so the copy holds the values every read sees",
+             f"below {', '.join(lp.var for lp in outer)} the nest reads {tensor} only at {format_expr(acc)}, "
+             f"which depends on the inner loops only through {', '.join(cached) or 'no index'}",
+             f"{k.tensor} is local and no enclosing loop is parallel, so each iteration fills its own copy")
+    effect = (f"For each iteration of {', '.join(lp.var for lp in outer)}, the {size} element"
+              f"{'s' if size != 1 else ''} of {tensor} used below are copied once into local {k.tensor} and then "
+              f"read {factor} times each ({', '.join(lp.var for lp in reuse)} reuse them) from fast memory.")
+    return Rewrite(program, facts, effect)
+
+
+# --- cache write: a register, or a tile of registers ------------------------------------------------------
+
+def _cacheable_reduction(ctx: Context, top: int, tensor: str) -> tuple[Nest, Stmt, int]:
+    """The nest, its one reduction statement into `tensor` and that statement's order, or Illegal
+    when a cache of `tensor`'s accumulator would change the result."""
+    nest = ctx.program.nests[top]
+    if len(nest.body) != 1 or not isinstance(nest.body[0], Stmt) or nest.body[0].lhs.tensor != tensor:
+        raise Illegal("the nest is not a single reduction")
+    stmt = nest.body[0]
+    order = next(s.order for s in ctx.sites if s.nest_index == top)
+    if order not in ctx.inits:
+        raise Illegal(f"{tensor} accumulates onto earlier values: caching would reassociate")
+    if any(a.tensor == tensor for a in reads_without_self(stmt)):
+        raise Illegal(f"the reduction reads {tensor} elsewhere than as the accumulator")
+    merged = merged_subscript_vars(stmt, nest.loops)
+    if merged:
+        raise Illegal(f"{merged[0]} appears in {tensor}'s subscript but several of its iterations accumulate into "
+                      "one element: a cache per iteration would lose the other iterations' terms")
+    return nest, stmt, order
+
+
+def cache_write(ctx: Context, top: int, tensor: str) -> Rewrite:
+    nest, stmt, order = _cacheable_reduction(ctx, top, tensor)
+    spatial = set(lhs_vars(stmt))
+    depth = 0
+    while depth < len(nest.loops) and nest.loops[depth].var in spatial:
+        depth += 1
+    if depth == 0 or any(lp.var in spatial for lp in nest.loops[depth:]) or depth == len(nest.loops):
+        raise Illegal("the spatial loops do not all enclose the reduction loops")
+    outer, inner = nest.loops[:depth], nest.loops[depth:]
+    if any(lp.kind == "P" for lp in outer):
+        raise Illegal("a parallel loop encloses the cache")
+    if any(lp.kind == "B" for lp in inner):
+        raise Illegal("a bound loop is among the reduction loops")
+    x = stmt.lhs
+    k = Access(fresh_tensors(ctx.program, ctx.signature).fresh(), x.dtype, "l", ())
+    update = map_stmt(stmt, lambda n: k if n == x else n)
+    new = Nest(outer, (Stmt(k, literal(ctx.inits[order])), Nest(inner, (update,)), Stmt(x, k)))
+    start = format_expr(literal(ctx.inits[order]))
+    facts = (f"{tensor} starts from the identity of {reduction_op(stmt)!r} here (implicit initialisation), so "
+             f"starting the local {k.tensor} from {start} and storing it once gives the same "
+             "value, with the updates in the same order",
+             f"{', '.join(lp.var for lp in outer)} are the spatial loops of {tensor} and enclose every reduction loop",
+             f"{k.tensor} is private to one iteration of the spatial loops (no enclosing loop is parallel)")
+    effect = (f"Each element of {tensor} accumulates {iterations(inner)} terms in a register ({k.tensor}) and is "
+              f"written to memory once instead of {iterations(inner)} times.")
+    return Rewrite(replace_nests(ctx.program, top, 1, (new,)), facts, effect)
+
+
+def cache_write_tile(ctx: Context, top: int, tensor: str, depth: int) -> Rewrite:
+    """Accumulate the tile of `tensor` that one iteration of the first `depth` loops writes in a local
+    array (register blocking): zero it, run the inner loops on it, store it once."""
+    nest, stmt, order = _cacheable_reduction(ctx, top, tensor)
+    spatial = set(lhs_vars(stmt))
+    outer, inner = nest.loops[:depth], nest.loops[depth:]
+    if not 0 < depth < len(nest.loops) or any(lp.var not in spatial for lp in outer):
+        raise Illegal("the loops above the tile must all be spatial loops of the accumulator")
+    tile = [lp for lp in inner if lp.var in spatial]
+    if not tile or len(tile) == len(inner):
+        raise Illegal("the tile needs spatial loops and reduction loops below the cache level")
+    if any(lp.kind == "P" for lp in outer) or any(lp.kind in ("B", "P") for lp in inner):
+        raise Illegal("a parallel or bound loop would share the local tile")
+    for ix in stmt.lhs.indices:
+        if any(isinstance(a, Access) for a in accesses(ix)):
+            raise Illegal(f"{tensor} is written through a gather")
+    x = stmt.lhs
+    k = Access(fresh_tensors(ctx.program, ctx.signature).fresh(), x.dtype, "l", tuple(Var(lp.var) for lp in tile))
+    point = tuple(Loop("V" if lp.kind == "V" else "L", lp.extent, lp.var, lp.start) for lp in tile)
+    new = Nest(outer, (Nest(point, (Stmt(k, literal(ctx.inits[order])),)),
+                       Nest(inner, (map_stmt(stmt, lambda n: k if n == x else n),)),
+                       Nest(point, (Stmt(x, k),))))
+    program = replace_nests(ctx.program, top, 1, (new,))
+    return Rewrite(program, _tile_facts(ctx, stmt, order, outer, tile, k),
+                   _tile_effect(tensor, outer, tile, point, [lp for lp in inner if lp.var not in spatial], k))
+
+
+def _tile_facts(ctx, stmt, order, outer, tile, k) -> tuple[str, ...]:
+    tensor = stmt.lhs.tensor
+    return (f"{tensor} starts from the identity of {reduction_op(stmt)!r} (implicit initialisation), so a local "
+            f"tile started from {format_expr(literal(ctx.inits[order]))} and stored once holds the same values, "
+            "each element updated in the same order",
+            f"{', '.join(lp.var for lp in outer)} are spatial loops of {tensor}; below them "
+            f"{', '.join(lp.var for lp in tile)} select distinct elements of the tile",
+            f"no loop above or inside the tile is parallel or bound, so one copy of {k.tensor} serves every iteration")
+
+
+def _tile_effect(tensor, outer, tile, point, reduce_loops, k) -> str:
+    return (f"For each iteration of {', '.join(lp.var for lp in outer)}, a {'x'.join(str(lp.extent) for lp in tile)} "
+            f"tile of {tensor} ({iterations(point)} accumulators) stays in local {k.tensor} through the "
+            f"{iterations(reduce_loops)} steps of {', '.join(lp.var for lp in reduce_loops)} and is written to "
+            "memory once: register blocking.")

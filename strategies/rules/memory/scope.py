@@ -1,0 +1,93 @@
+"""set_storage_scope: an intermediate placed in global, shared or local memory.
+
+Known tensors (the signature) are never touched: they keep their names, shapes, dtypes and global
+scope, and the program output never moves to shared or local memory.
+"""
+from __future__ import annotations
+
+import math
+
+from leir.ast import Access
+from strategies.analysis.legality import aligned, stmt_reads
+from strategies.analysis.tree import map_accesses, tensor_accesses
+from strategies.base import Context, Rewrite, Site, Strategy, refuse
+from strategies.registry import register
+
+SCOPE_NAMES = {"g": "global", "s": "shared", "l": "local"}
+
+
+def _written_first(uses, tensor: str) -> bool:
+    """The first statement that touches `tensor` writes it without reading it."""
+    first = uses[0][1].stmt
+    return first.lhs.tensor == tensor and not any(a.tensor == tensor for a in stmt_reads(first))
+
+
+def scope_problem(ctx: Context, tensor: str, scope: str) -> str | None:
+    """Why `tensor` cannot live in `scope` (None when it can)."""
+    info = ctx.tensors[tensor]
+    if info.known:
+        return f"{tensor} is a known tensor: it stays in global memory"
+    uses = tensor_accesses(ctx, tensor)
+    nests = {s.nest_index for _, s in uses}
+    if len(nests) > 1 and scope == "g":
+        return None
+    if len(nests) > 1:
+        return (f"{tensor} is used in nests {', '.join(str(n + 1) for n in sorted(nests))}: its value crosses "
+                f"kernels, which {SCOPE_NAMES[scope]} memory does not survive")
+    # Loops whose iterations share one copy of the tensor (parallel loops on the CPU; on CUDA, threads
+    # share shared and global memory, blocks share global memory) must each touch their own elements;
+    # where each iteration has a private copy, the iteration must write before it reads.
+    top = ctx.program.nests[next(iter(nests))] if nests else None
+    for lp in top.loops if top else ():
+        shared = lp.kind == "P" or (lp.kind == "B" and (scope == "g" or (scope == "s" and lp.var[0] == "t")))
+        if lp.kind not in ("P", "B"):
+            continue
+        if shared:
+            for a, s in uses:
+                for b, r in uses:
+                    if not aligned(a, s.loops, b, r.loops, lp.var):
+                        return (f"different iterations of {lp.var} touch the same element of {tensor}, but "
+                                f"{SCOPE_NAMES[scope]} memory is shared between them")
+        elif not _written_first(uses, tensor):
+            return f"a private copy per {lp.var} would be read before this iteration writes it"
+    return None
+
+
+@register
+class SetStorageScope(Strategy):
+    name = "set_storage_scope"
+    level = "memory"
+    exactness = "exact"
+    description = "Place an intermediate in global, shared or local memory."
+
+    def sites(self, ctx):
+        for name, info in ctx.tensors.items():
+            if not info.known:
+                yield Site(tensor_accesses(ctx, name)[0][1].nest_index, tensors=(name,))
+
+    def parameters(self, ctx, site):
+        current = ctx.tensors[site.tensors[0]].scope
+        for scope in ("g", "s", "l"):
+            if scope != current:
+                yield {"scope": scope}
+
+    def rewrite(self, ctx, site, params):
+        tensor, scope = site.tensors[0], params["scope"]
+        refuse(scope_problem(ctx, tensor, scope))
+        program = map_accesses(ctx.program, {tensor: lambda a: Access(a.tensor, a.dtype, scope, a.indices)})
+        return Rewrite(program, self._facts(tensor, scope), self._effect(ctx, tensor, scope))
+
+    def _facts(self, tensor: str, scope: str) -> tuple[str, ...]:
+        facts = (f"{tensor} is an intermediate (not in the signature); known tensors stay global",)
+        if scope != "g":
+            facts += (f"every access of {tensor} lies in one nest, so its value never crosses a kernel",
+                      f"each {'thread' if scope == 'l' else 'block'} only touches its own elements of {tensor}")
+        return facts
+
+    def _effect(self, ctx: Context, tensor: str, scope: str) -> str:
+        info = ctx.tensors[tensor]
+        where = {"g": "global memory, visible to every kernel", "s": "shared memory, on chip, shared by a block",
+                 "l": "local memory (registers), private to a thread"}[scope]
+        target = "" if ctx.gpu else " (on the CPU the scope only records the intent; the result is unchanged)"
+        return (f"The {math.prod(info.shape or ())} elements of {tensor} ({info.dtype}) move from "
+                f"{SCOPE_NAMES[info.scope]} to {where}{target}.")

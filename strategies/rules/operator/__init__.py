@@ -1,0 +1,1 @@
+"""Operator-level rules: loop transformations on one nest (or two adjacent nests)."""

@@ -1,0 +1,33 @@
+"""loop_fusion: the common outer loops of two adjacent nests fused into one loop nest, at a chosen depth
+(the fusion itself, with its legality: `strategies.analysis.loops.fuse_nests`)."""
+from __future__ import annotations
+
+from strategies.analysis.loops import common_depth, fuse_nests, fusion_effect, fusion_facts
+from strategies.analysis.tree import replace_nests
+from strategies.base import Nests, Rewrite, Site, Strategy
+from strategies.registry import register
+
+
+@register
+class LoopFusion(Strategy):
+    name = "loop_fusion"
+    level = "operator"
+    exactness = "exact"
+    description = "Fuse the common outer loops of two adjacent nests into one loop nest."
+
+    def sites(self, ctx):
+        nests = ctx.program.nests
+        for i in range(len(nests) - 1):
+            depth = common_depth(nests[i], nests[i + 1])
+            if depth:
+                yield Site(i, loops=tuple(lp.var for lp in nests[i].loops[:depth]), match=Nests((i, i + 1)))
+
+    def parameters(self, ctx, site):
+        nests = ctx.program.nests
+        for depth in range(1, common_depth(nests[site.nest], nests[site.nest + 1]) + 1):
+            yield {"depth": depth}
+
+    def rewrite(self, ctx, site, params):
+        fusion = fuse_nests(ctx.program, site.nest, params["depth"])
+        return Rewrite(replace_nests(ctx.program, site.nest, 2, (fusion.nest,)), fusion_facts(fusion),
+                       fusion_effect(fusion), fusion.exactness)

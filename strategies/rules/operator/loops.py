@@ -1,0 +1,489 @@
+"""Operator-level rules on one band (a nest at (nest, path)): loops moved (reorder, split, tiling) and
+loops given another kind (unrolled, parallel, vectorized, bound to a GPU index).
+
+Legality rests on one fact (`legality.carrying_loops`): a loop whose iterations do not interact can
+move anywhere in its band; the loops that carry a dependence (a reduction axis, a scan, a repeated
+store) must keep their relative order. Keeping that order also keeps the order in which each
+accumulator element is updated, so reordering, splitting and tiling are bitwise exact.
+
+`LoopRule` is the shape most of them share: a site per loop the rule takes (its position in the
+band, `LoopAt`), and a rewrite that replaces the band in place (`in_band`).
+"""
+from __future__ import annotations
+
+from itertools import product
+
+from leir.analysis import lhs_vars, reduction_op
+from leir.ast import Call, Loop, Nest, Select, Stmt, Var, map_stmt, walk_expr
+from leir.names import BIND_PREFIXES, bind_name
+from strategies.analysis.legality import (
+    body_statements,
+    carrying_loops,
+    iterations,
+    keeps_relative_order,
+    loop_carries_dependence,
+)
+from strategies.analysis.loops import (
+    MAX_FACTORS,
+    by_preference,
+    divisors,
+    factor_rank,
+    factor_reduction,
+    factored_facts,
+    split_loop,
+    statements_under,
+)
+from strategies.analysis.prose import loops_text
+from strategies.analysis.tree import (
+    bands,
+    enclosing_loops,
+    fresh_indices,
+    get_item,
+    loop_positions,
+    loop_vars,
+    map_nest_stmts,
+    replace_item,
+    replace_nests,
+    substitute_in_nest,
+    with_loop,
+)
+from strategies.base import Context, Illegal, LoopAt, Rewrite, Site, Strategy, refuse
+from strategies.registry import register
+
+MAX_TILES = 12         # factor pairs tried per tiled loop pair
+MAX_ORDERS = 16        # loop pairs swapped per band
+MAX_UNROLL = 16        # largest extent unrolled
+MAX_UNROLL_BODY = 512  # copies of the innermost body an unrolled loop may create
+MAX_VECTOR = 64        # largest extent vectorized
+MAX_THREADS = 1024     # CUDA threads per block
+VECTOR_WIDTHS = (16, 8, 32)   # lanes of a split-off vector loop: float32 in AVX-512, AVX2, two registers
+FAST_EXP_DTYPES = ("f32", "f16", "bf16")  # where fast_exp's float32 error (~2e-7) is within the tolerance
+
+
+class LoopRule(Strategy):
+    """A rule on one loop of a band. Sites: every loop `takes` accepts, program order, outer loops
+    first, with its position (`LoopAt`). The rewrite gets the band and the position (`rewrite_loop`)."""
+
+    level = "operator"
+    exactness = "exact"
+
+    def takes(self, ctx: Context, nest: Nest, k: int) -> bool:
+        raise NotImplementedError
+
+    def sites(self, ctx):
+        for top, path, k, nest, _ in loop_positions(ctx.program):
+            if self.takes(ctx, nest, k):
+                yield Site(top, path, loops=(nest.loops[k].var,), match=LoopAt(k))
+
+    def rewrite(self, ctx, site, params):
+        return self.rewrite_loop(ctx, site, get_item(ctx.program, site.nest, site.path), site.match.loop_index, params)
+
+    def rewrite_loop(self, ctx: Context, site: Site, nest: Nest, k: int, params: dict) -> Rewrite:
+        raise NotImplementedError
+
+
+def in_band(ctx: Context, site: Site, new: Nest, facts, effect: str, exactness: str | None = None) -> Rewrite:
+    """The rewrite that replaces the site's band by `new`."""
+    return Rewrite(replace_item(ctx.program, site.nest, site.path, (new,)), facts, effect, exactness)
+
+
+def band_carries(program, top: int, path: tuple[int, ...], nest: Nest) -> list[str]:
+    return carrying_loops(body_statements(nest, enclosing_loops(program, top, path)), nest.loops)
+
+
+def reorder_facts(carry: list[str], order_old: list[str], order_new: list[str]) -> tuple[str, ...]:
+    facts = []
+    free = [v for v in order_old if v not in carry]
+    if free:
+        facts.append(f"iterations of {', '.join(free)} are independent (each writes its own elements "
+                     "and reads no element another iteration writes), so these loops can move freely")
+    if carry:
+        facts.append(f"{', '.join(carry)} carr{'ies' if len(carry) == 1 else 'y'} a dependence (reduction "
+                     "axis or repeated store); their relative order is unchanged, so every accumulator "
+                     "element is updated in the same order as before")
+    return tuple(facts)
+
+
+# --- loops moved: reorder, split, tiling ------------------------------------------------------------------
+
+@register
+class LoopReorder(Strategy):
+    name = "loop_reorder"
+    level = "operator"
+    exactness = "exact"
+    description = "Interchange two loops of a nest when no dependence is reversed."
+
+    def sites(self, ctx):
+        for top, path, nest, _ in bands(ctx.program):
+            if len(self._movable(ctx, nest)) >= 2:
+                yield Site(top, path, loops=tuple(lp.var for lp in nest.loops))
+
+    def _movable(self, ctx, nest):
+        # On CUDA the thread-bound loops stay where they are (outside the serial work).
+        return [k for k, lp in enumerate(nest.loops) if not (ctx.gpu and lp.kind == "B")]
+
+    def parameters(self, ctx, site):
+        nest = get_item(ctx.program, site.nest, site.path)
+        movable = self._movable(ctx, nest)
+        # One loop moved two or more places (a rotation of the loops between): a loop sunk to the
+        # innermost position (stride 1, vector lanes) comes first, then the pairwise swaps, then the
+        # other moves (a reduction axis hoisted above a tile's point loops, as register blocking needs).
+        last = movable[-1] if movable else 0
+        sinks = [(i, last) for i in movable if last - i >= 2]
+        pairs = [(i, j) for n, i in enumerate(movable) for j in movable[n + 1:]]
+        moves = [(i, j) for i in movable for j in movable if abs(i - j) >= 2 and j != last]
+        for i, j in sinks:
+            yield {"move": nest.loops[i].var, "to": j}
+        for i, j in pairs[:MAX_ORDERS]:
+            yield {"swap": [nest.loops[i].var, nest.loops[j].var]}
+        for i, j in moves[:MAX_ORDERS]:
+            yield {"move": nest.loops[i].var, "to": j}
+
+    def rewrite(self, ctx, site, params):
+        nest = get_item(ctx.program, site.nest, site.path)
+        names = [lp.var for lp in nest.loops]
+        i, j, loops, moved = self._moved(nest, params)
+        new_order = [lp.var for lp in loops]
+        if ctx.gpu and [lp.var for lp in loops if lp.kind == "B"] != [lp.var for lp in nest.loops if lp.kind == "B"]:
+            raise Illegal("thread-bound loops stay where they are on CUDA")
+        carry = band_carries(ctx.program, site.nest, site.path, nest)
+        if not keeps_relative_order(names, new_order, carry):
+            raise Illegal(f"{', '.join(moved)} include two loops that carry dependences (e.g. two reduction "
+                          "axes); exchanging them would change the order of the updates")
+        if any(lp.kind == "V" for lp in loops[:-1]):
+            raise Illegal("the vectorized loop must stay innermost")
+        new = Nest(tuple(loops), nest.body)
+        return in_band(ctx, site, new, reorder_facts(carry, names, new_order),
+                       self._effect(nest, new, i, j, "move" in params))
+
+    def _moved(self, nest: Nest, params: dict) -> tuple[int, int, list[Loop], list[str]]:
+        """(from, to, the loops in their new order, the loops whose order changes)."""
+        names = [lp.var for lp in nest.loops]
+        loops = list(nest.loops)
+        if "move" in params:
+            i, j = names.index(params["move"]), int(params["to"])
+            if not 0 <= j < len(loops) or abs(i - j) < 2:
+                raise Illegal("a move goes two or more places inside the band (one place is a swap)")
+            loops.insert(j, loops.pop(i))
+            between = nest.loops[min(i, j):max(i, j) + 1]
+            return i, j, loops, [params["move"]] + [lp.var for lp in between if lp.var != params["move"]]
+        i, j = (names.index(v) for v in params["swap"])
+        loops[i], loops[j] = loops[j], loops[i]
+        return i, j, loops, list(params["swap"])
+
+    def _effect(self, nest: Nest, new: Nest, i: int, j: int, move: bool) -> str:
+        a, b = nest.loops[i], nest.loops[j]
+        how = (f"Moving {a.var} (extent {a.extent}) to position {j + 1}" if move else
+               f"Swapping {a.var} (extent {a.extent}) and {b.var} (extent {b.extent})")
+        return (f"{how} changes the traversal from {loops_text(nest)} to {loops_text(new)}, which "
+                "changes which subscripts vary fastest (stride-1 access and reuse in the innermost loop).")
+
+
+@register
+class LoopSplit(LoopRule):
+    name = "loop_split"
+    description = "Split a loop into an outer and an inner loop (v = outer*factor + inner)."
+
+    def takes(self, ctx, nest, k):
+        return bool(divisors(nest.loops[k].extent))
+
+    def parameters(self, ctx, site):
+        nest = get_item(ctx.program, site.nest, site.path)
+        for f in by_preference(divisors(nest.loops[site.match.loop_index].extent))[:MAX_FACTORS]:
+            yield {"factor": f}
+
+    def rewrite_loop(self, ctx, site, nest, k, params):
+        f, lp = params["factor"], nest.loops[k]
+        if f <= 1 or lp.extent % f or f >= lp.extent:
+            raise Illegal(f"{f} is not a proper divisor of the extent {lp.extent}")
+        outer = fresh_indices(ctx.program).fresh()
+        facts = (f"{f} divides the extent {lp.extent} exactly, so {outer}*{f}+{lp.var} enumerates 0..{lp.extent - 1} "
+                 "once each, in the original order",)
+        effect = (f"Loop {lp.var} (extent {lp.extent}) becomes {outer} ({lp.extent // f}) x {lp.var} ({f}): an "
+                  f"inner block of {f} iterations that can later be vectorized, unrolled or bound, or "
+                  "reordered for locality.")
+        return in_band(ctx, site, split_loop(nest, k, f, outer), facts, effect)
+
+
+@register
+class LoopTiling(LoopRule):
+    name = "loop_tiling"
+    description = "Tile two adjacent loops: split both and move the tile loops outside the point loops."
+
+    def sites(self, ctx):  # a site per pair of adjacent loops, named by its first
+        for top, path, nest, _ in bands(ctx.program):
+            for k in range(len(nest.loops) - 1):
+                a, b = nest.loops[k], nest.loops[k + 1]
+                if divisors(a.extent) and divisors(b.extent):
+                    yield Site(top, path, loops=(a.var, b.var), match=LoopAt(k))
+
+    def parameters(self, ctx, site):
+        nest = get_item(ctx.program, site.nest, site.path)
+        k = site.match.loop_index
+        pairs = list(product(divisors(nest.loops[k].extent), divisors(nest.loops[k + 1].extent)))
+        order = sorted(range(len(pairs)), key=lambda i: (factor_rank(pairs[i][0]) + factor_rank(pairs[i][1]), i))
+        for fa, fb in [pairs[i] for i in order][:MAX_TILES]:
+            yield {"factors": [fa, fb]}
+
+    def rewrite_loop(self, ctx, site, nest, k, params):
+        fa, fb = params["factors"]
+        a, b = nest.loops[k], nest.loops[k + 1]
+        if a.extent % fa or b.extent % fb or not (1 < fa < a.extent and 1 < fb < b.extent):
+            raise Illegal("tile sizes must be proper divisors of the extents")
+        names = fresh_indices(ctx.program)
+        ao, bo = names.fresh(), names.fresh()
+        split = split_loop(split_loop(nest, k + 1, fb, bo), k, fa, ao)  # ao a bo b
+        loops = list(split.loops)
+        loops[k + 1], loops[k + 2] = loops[k + 2], loops[k + 1]          # ao bo a b
+        old_order, new_order = [lp.var for lp in split.loops], [lp.var for lp in loops]
+        probe = replace_item(ctx.program, site.nest, site.path, (split,))
+        carry = band_carries(probe, site.nest, site.path, split)
+        if not keeps_relative_order(old_order, new_order, carry):
+            raise Illegal(f"{a.var} and {b.var} both carry dependences: moving the tile loop {bo} outside "
+                          f"{a.var} would reorder the updates")
+        facts = (f"{fa} divides {a.extent} and {fb} divides {b.extent}",) + reorder_facts(carry, old_order, new_order)
+        effect = (f"The {a.extent}x{b.extent} iteration space of {a.var},{b.var} is walked in {fa}x{fb} tiles "
+                  f"({a.extent // fa}x{b.extent // fb} of them), so the data a tile touches stays in cache "
+                  "while it is reused.")
+        return in_band(ctx, site, Nest(tuple(loops), split.body), facts, effect)
+
+
+# --- loops of another kind: unrolled, parallel, vectorized, bound -------------------------------------------
+
+def body_iterations(nest: Nest) -> int:
+    """Iterations of the innermost body per run of the nest (the largest over nested nests)."""
+    inner = [body_iterations(i) for i in nest.body if isinstance(i, Nest)]
+    return iterations(nest.loops) * max([1] + inner)
+
+
+@register
+class LoopUnrolling(LoopRule):
+    name = "loop_unrolling"
+    description = "Unroll a serial loop with a small extent (U)."
+
+    def takes(self, ctx, nest, k):
+        lp = nest.loops[k]
+        return lp.kind == "L" and 2 <= lp.extent <= MAX_UNROLL
+
+    def rewrite_loop(self, ctx, site, nest, k, params):
+        lp = nest.loops[k]
+        outer = enclosing_loops(ctx.program, site.nest, site.path) + nest.loops[:k]
+        copies = lp.extent * iterations(x for x in outer if x.kind == "U")
+        body = lp.extent * body_iterations(Nest(nest.loops[k + 1:], nest.body))
+        if lp.kind != "L" or lp.extent > MAX_UNROLL or body > MAX_UNROLL_BODY:
+            raise Illegal(f"unrolling {lp.var} would copy the body {body} times")
+        facts = (f"the extent {lp.extent} is a small constant (at most {MAX_UNROLL})",
+                 f"the unrolled code holds {body} copies of the innermost body (at most {MAX_UNROLL_BODY}), "
+                 f"{copies} counting enclosing unrolled loops",
+                 "unrolling keeps the execution order, so it cannot change a result")
+        effect = (f"The {lp.extent} iterations of {lp.var} are written out: no loop counter or branch per "
+                  "iteration, and the compiler can schedule the copies together.")
+        return in_band(ctx, site, with_loop(nest, k, Loop("U", lp.extent, lp.var, lp.start)), facts, effect)
+
+
+def _has_inner_parallel(nest: Nest) -> bool:
+    return any(lp.kind == "P" for lp in nest.loops) or any(
+        _has_inner_parallel(i) for i in nest.body if isinstance(i, Nest))
+
+
+@register
+class LoopParallelization(LoopRule):
+    name = "loop_parallelization"
+    description = "Mark a serial loop whose iterations are independent as parallel (P)."
+
+    def takes(self, ctx, nest, k):
+        # On the CPU a bound (B) loop is a serial loop: it can become parallel too (with an index name).
+        return nest.loops[k].kind in (("L",) if ctx.gpu else ("L", "B"))
+
+    def rewrite_loop(self, ctx, site, nest, k, params):
+        loop = nest.loops[k]
+        if loop.kind == "B":
+            if ctx.gpu:
+                raise Illegal("a thread-bound loop is already parallel on the GPU")
+            renamed = fresh_indices(ctx.program).fresh()   # P loops take index names, not binding names
+            body = substitute_in_nest(Nest(nest.loops[k + 1:], nest.body), {loop.var: Var(renamed)})
+            nest = Nest(nest.loops[:k] + (Loop("L", loop.extent, renamed, loop.start),) + body.loops, body.body)
+            ctx = ctx.with_program(replace_item(ctx.program, site.nest, site.path, (nest,)))
+            loop = nest.loops[k]
+        outer = enclosing_loops(ctx.program, site.nest, site.path) + nest.loops[:k]
+        if any(lp.kind == "P" for lp in outer) or _has_inner_parallel(Nest(nest.loops[k + 1:], nest.body)):
+            raise Illegal("an enclosing or enclosed loop is already parallel")
+        stmts = statements_under(ctx.program, site.nest, site.path, nest, k)
+        refuse(loop_carries_dependence(stmts, loop.var))
+        work = body_iterations(Nest(nest.loops[k + 1:], nest.body))
+        facts = (f"every statement under {loop.var} writes a distinct element per iteration of {loop.var} "
+                 f"(it is a spatial axis of {', '.join(dict.fromkeys(s.lhs.tensor for s, _ in stmts))})",
+                 f"no statement reads an element that another iteration of {loop.var} writes",
+                 "no enclosing or enclosed loop is already parallel")
+        effect = (f"The {loop.extent} iterations of {loop.var} are independent, each doing {work} inner "
+                  f"iteration{'s' if work != 1 else ''} of work, so they can run on separate cores.")
+        return in_band(ctx, site, with_loop(nest, k, Loop("P", loop.extent, loop.var, loop.start)), facts, effect)
+
+
+# --- loop_vectorization -----------------------------------------------------------------------------------------
+
+FAST_EXP_FACTS = ("every exp below the vector loop computes a float32 (or narrower) result, where fast_exp's "
+                  "relative error of about 2e-7 stays inside the dtype's tolerance; no exp decides a condition",
+                  "fast_exp rounds differently from exp: the step is reassociating (verified close, not exact)")
+FAST_EXP_EFFECT = (" Each exp becomes fast_exp (range reduction and a polynomial in plain arithmetic), so the lanes "
+                   "compute it as vector code instead of one scalar expf call per element.")
+
+
+def fast_exp_below(nest: Nest, stmts) -> Nest:
+    """Every `exp` of the nest's statements as `fast_exp`; Illegal where a close result is not enough."""
+    for stmt, _ in stmts:
+        calls = [n for n in walk_expr(stmt.rhs) if isinstance(n, Call) and n.fn == "exp"]
+        if not calls:
+            continue
+        if stmt.lhs.dtype not in FAST_EXP_DTYPES:
+            raise Illegal(f"{stmt.lhs.tensor} is {stmt.lhs.dtype}: fast_exp carries float32's error (about 2e-7 "
+                          "relative), beyond what this result is held to (an exact or float64 result)")
+        conditions = [n.cond for n in walk_expr(stmt.rhs) if isinstance(n, Select)]
+        if any(isinstance(c, Call) and c.fn == "exp" for cond in conditions for c in walk_expr(cond)):
+            raise Illegal("an exp decides a condition: a close value could flip the branch")
+    if not any(isinstance(n, Call) and n.fn == "exp" for stmt, _ in stmts for n in walk_expr(stmt.rhs)):
+        raise Illegal("no exp below the loop")
+    return map_nest_stmts(nest, lambda s: map_stmt(s, lambda n: Call("fast_exp", n.args)
+                                                   if isinstance(n, Call) and n.fn == "exp" else n))
+
+
+@register
+class LoopVectorization(LoopRule):
+    name = "loop_vectorization"
+    description = ("Vectorize the innermost spatial loop of a nest on the CPU (V); a long loop is split first "
+                   "(`width`), and `exp` below it may become the vectorisable `fast_exp` (`exp: fast`, "
+                   "a reassociating variant: close, never bitwise equal).")
+
+    def takes(self, ctx, nest, k):
+        if ctx.gpu:
+            return False  # on CUDA the parallel axis is the thread binding
+        lp = nest.loops[k]
+        innermost = k == len(nest.loops) - 1 and all(isinstance(i, Stmt) for i in nest.body)
+        return innermost and lp.kind == "L" and lp.extent >= 2 and (
+            lp.extent <= MAX_VECTOR or any(lp.extent % w == 0 for w in VECTOR_WIDTHS))
+
+    def parameters(self, ctx, site):
+        nest = get_item(ctx.program, site.nest, site.path)
+        lp = nest.loops[site.match.loop_index]
+        has_exp = any(isinstance(n, Call) and n.fn == "exp" for s in body_statements(nest)
+                      for n in walk_expr(s[0].rhs))
+        widths = [{}] if lp.extent <= MAX_VECTOR else []
+        widths += [{"width": w} for w in VECTOR_WIDTHS if lp.extent % w == 0 and w < lp.extent]
+        if not site.path and len(nest.body) == 1 and isinstance(nest.body[0], Stmt) \
+                and reduction_op(nest.body[0]) is not None and lp.var not in lhs_vars(nest.body[0]):
+            # a reduction axis: the lanes keep `width` partial results, combined after the loop
+            widths = [{"width": w["width"], "partials": True} for w in widths if "width" in w]
+        for w in widths:
+            yield w
+            if has_exp:
+                yield {**w, "exp": "fast"}
+
+    def rewrite_loop(self, ctx, site, nest, k, params):
+        if ctx.gpu:
+            raise Illegal("vector loops have no meaning inside a CUDA kernel")
+        if params.get("partials"):
+            return self._partials(ctx, site, k, params)
+        width = params.get("width")
+        if width is not None:
+            lp = nest.loops[k]
+            if lp.extent % width or not 1 < width < lp.extent:
+                raise Illegal(f"{width} does not properly divide the extent {lp.extent}")
+            nest, k = split_loop(nest, k, width, fresh_indices(ctx.program).fresh()), k + 1
+        lp = nest.loops[k]
+        if lp.extent > MAX_VECTOR:
+            raise Illegal(f"{lp.extent} lanes are more than {MAX_VECTOR}: split the loop first")
+        stmts = statements_under(replace_item(ctx.program, site.nest, site.path, (nest,)), site.nest, site.path,
+                                 nest, k)
+        refuse(loop_carries_dependence(stmts, lp.var))
+        if any(x.kind == "V" for x in enclosing_loops(ctx.program, site.nest, site.path) + nest.loops[:k]):
+            raise Illegal("an enclosing loop is already vectorized")
+        new = with_loop(nest, k, Loop("V", lp.extent, lp.var, lp.start))
+        facts, effect = self._facts(nest, k, width, stmts), self._effect(lp, stmts)
+        if params.get("exp") == "fast":  # fast_exp is close to exp, never bitwise equal
+            return in_band(ctx, site, fast_exp_below(new, stmts), facts + FAST_EXP_FACTS, effect + FAST_EXP_EFFECT,
+                           "reassociating")
+        return in_band(ctx, site, new, facts, effect)
+
+    def _facts(self, nest: Nest, k: int, width: int | None, stmts) -> tuple[str, ...]:
+        lp = nest.loops[k]
+        facts = (f"{lp.var} is the innermost loop and a spatial axis of every statement below it",
+                 f"the extent {lp.extent} is small (at most {MAX_VECTOR}) and the target is the CPU",
+                 f"no statement reads an element that another iteration of {lp.var} writes")
+        if width is not None:
+            facts = (f"{width} divides the extent {width * nest.loops[k - 1].extent}, so the split loop "
+                     f"{nest.loops[k - 1].var}*{width}+{lp.var} enumerates every iteration once, in order",) + facts
+        return facts
+
+    def _effect(self, lp: Loop, stmts) -> str:
+        unit = [s.lhs.tensor for s, _ in stmts if s.lhs.indices and s.lhs.indices[-1] == Var(lp.var)]
+        stride = f"; {', '.join(unit)} is written with stride 1" if unit else ""
+        return f"The {lp.extent} iterations of {lp.var} run as SIMD lanes{stride}."
+
+    def _partials(self, ctx, site, k, params) -> Rewrite:
+        """Vectorise a reduction axis: rfactor by `width` (the partial results per lane in a new
+        tensor, then a short combining nest), the partial nest's lane loop marked V."""
+        nest = ctx.program.nests[site.nest]
+        if site.path or k != len(nest.loops) - 1:
+            raise Illegal("only the innermost loop of a top-level reduction nest is vectorised with partials")
+        rf = factor_reduction(ctx, site.nest, k, params["width"])
+        partial = rf.program.nests[site.nest]
+        lane = partial.loops[-1]
+        stmts = body_statements(partial)
+        refuse(loop_carries_dependence(stmts, lane.var))
+        new = with_loop(partial, len(partial.loops) - 1, Loop("V", lane.extent, lane.var, lane.start))
+        facts = factored_facts(rf) + (f"the lanes of {lane.var} accumulate into distinct partial results, so the "
+                                      "partial nest's innermost loop carries no dependence",)
+        effect = (f"The reduction over {lane.var} keeps {lane.extent} partial results, one per SIMD lane, "
+                  f"updated as vector code, then combined in a short nest of {lane.extent} terms per element.")
+        if params.get("exp") == "fast":
+            new, facts, effect = fast_exp_below(new, stmts), facts + FAST_EXP_FACTS, effect + FAST_EXP_EFFECT
+        # partial sums reassociate the reduction
+        return Rewrite(replace_nests(rf.program, site.nest, 1, (new,)), facts, effect, "reassociating")
+
+
+# --- loop_binding -------------------------------------------------------------------------------------------
+
+def _bound_loops(nest: Nest) -> list[Loop]:
+    out = [lp for lp in nest.loops if lp.kind == "B"]
+    for item in nest.body:
+        if isinstance(item, Nest):
+            out += _bound_loops(item)
+    return out
+
+
+@register
+class LoopBinding(LoopRule):
+    name = "loop_binding"
+    description = "Bind a loop with independent iterations to a CUDA thread or block index (B)."
+    needs_gpu = True
+
+    def takes(self, ctx, nest, k):
+        return ctx.gpu and nest.loops[k].kind in ("L", "P")  # binding only means something on a GPU
+
+    def parameters(self, ctx, site):
+        used = {lp.var[:2] for lp in _bound_loops(ctx.program.nests[site.nest])}
+        for prefix in BIND_PREFIXES:
+            if prefix not in used:
+                yield {"axis": prefix}
+
+    def rewrite_loop(self, ctx, site, nest, k, params):
+        if not ctx.gpu:
+            raise Illegal("the target is not a GPU")
+        lp, axis = nest.loops[k], params["axis"]
+        bound = _bound_loops(ctx.program.nests[site.nest])
+        if axis in {b.var[:2] for b in bound}:
+            raise Illegal(f"{axis} is already bound in this nest")
+        threads = iterations(b for b in bound if b.var[0] == "t") * (lp.extent if axis[0] == "t" else 1)
+        if threads > MAX_THREADS or (axis == "tz" and lp.extent > 64):
+            raise Illegal(f"a block would have {threads} threads (at most {MAX_THREADS})")
+        refuse(loop_carries_dependence(statements_under(ctx.program, site.nest, site.path, nest, k), lp.var))
+        name = bind_name(axis, loop_vars(ctx.program))
+        renamed = substitute_in_nest(Nest(nest.loops[k + 1:], nest.body), {lp.var: Var(name)})
+        new = Nest(nest.loops[:k] + (Loop("B", lp.extent, name, lp.start),) + renamed.loops, renamed.body)
+        kind = "thread" if axis[0] == "t" else "block"
+        facts = (f"iterations of {lp.var} write distinct elements and read no element another iteration writes",
+                 f"{axis} is not yet bound in this nest; the block has {threads} threads (at most {MAX_THREADS})",
+                 "the target is a GPU (CUDA)")
+        effect = (f"The {lp.extent} iterations of {lp.var} run on {lp.extent} GPU {kind}s ({name}) at once "
+                  "instead of one after another.")
+        return in_band(ctx, site, new, facts, effect)

@@ -1,0 +1,48 @@
+"""reduction_factorization (rfactor): a reduction axis split into independent partial reductions and a
+short combining reduction (the transformation, with its legality:
+`strategies.analysis.loops.factor_reduction`)."""
+from __future__ import annotations
+
+from leir.analysis import lhs_vars, reduction_op
+from leir.ast import Stmt
+from strategies.analysis.loops import (
+    MAX_FACTORS,
+    by_preference,
+    divisors,
+    factor_reduction,
+    factored_effect,
+    factored_facts,
+)
+from strategies.base import LoopAt, Rewrite, Site, Strategy
+from strategies.registry import register
+
+
+@register
+class ReductionFactorization(Strategy):
+    name = "reduction_factorization"
+    level = "operator"
+    exactness = "reassociating"
+    description = ("Factor a reduction axis (rfactor): partial results per inner index into a new tensor, "
+                   "then a second, short reduction over them.")
+
+    def sites(self, ctx):
+        for top, nest in enumerate(ctx.program.nests):
+            if len(nest.body) != 1 or not isinstance(nest.body[0], Stmt):
+                continue
+            stmt = nest.body[0]
+            if reduction_op(stmt) is None:
+                continue
+            spatial = set(lhs_vars(stmt))
+            for k, lp in enumerate(nest.loops):
+                if lp.var not in spatial and lp.kind == "L" and divisors(lp.extent):
+                    order = next(s.order for s in ctx.sites if s.nest_index == top)
+                    yield Site(top, loops=(lp.var,), stmts=(order,), tensors=(stmt.lhs.tensor,), match=LoopAt(k))
+
+    def parameters(self, ctx, site):
+        lp = ctx.program.nests[site.nest].loops[site.match.loop_index]
+        for f in by_preference(divisors(lp.extent))[:MAX_FACTORS]:   # vector-width partials first
+            yield {"factor": f}
+
+    def rewrite(self, ctx, site, params):
+        factored = factor_reduction(ctx, site.nest, site.match.loop_index, params["factor"])
+        return Rewrite(factored.program, factored_facts(factored), factored_effect(factored))

@@ -1,0 +1,228 @@
+"""Every strategy's chain of thought states what the published answers must: where the step applies
+(the site), the parameters chosen, and the legality facts that were checked, for this program. One
+case per strategy, on a small program where it applies; the first transformation's think text is
+checked line by line for the site, the parameters and the facts named here."""
+from __future__ import annotations
+
+import pytest
+from strategy_cases import ctx, sig
+
+from strategies.cot import answer, think
+from strategies.registry import ALL_NAMES, get
+
+S2 = sig(("A", [4, 8], "float64", "input"), ("C", [4, 8], "float64", "output"))
+M_SIG = sig(("A", [4, 6], "float64", "input"), ("C", [6, 8], "float64", "input"), ("D", [4, 8], "float64", "output"))
+MM = "B^{4}_{tx=0}L^{8}_{a=0}L^{6}_{c=0}[D^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}+A^{f64,g}_{tx,c}*C^{f64,g}_{c,a};];"
+EW = ("B^{4}_{tx=0}L^{8}_{a=0}[D^{f64,g}_{tx,a}=A^{f64,g}_{tx,a}-1;];"
+      "B^{4}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}+exp(D^{f64,g}_{tx,a});];")
+SOFT = ("B^{4}_{tx=0}L^{8}_{a=0}[D^{f64,g}_{tx}=max(D^{f64,g}_{tx},A^{f64,g}_{tx,a});];"
+        "B^{4}_{tx=0}L^{8}_{a=0}[E^{f64,g}_{tx}=E^{f64,g}_{tx}+exp(A^{f64,g}_{tx,a}-D^{f64,g}_{tx});];"
+        "B^{4}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{tx,a}=exp(A^{f64,g}_{tx,a}-D^{f64,g}_{tx})/E^{f64,g}_{tx};];")
+ONE = ("B^{4}_{tx=0}[L^{8}_{a=0}[D^{f64,g}_{tx,a}=exp(A^{f64,g}_{tx,a});];"
+       "L^{8}_{a=0}[C^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}*2;];];")
+TWO = ("B^{4}_{tx=0}L^{8}_{a=0}[D^{f64,g}_{tx,a}=exp(A^{f64,g}_{tx,a});];"
+       "B^{4}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}*2;];")
+ALG = sig(("A", [4, 8], "float64", "input"), ("C", [4, 7], "float64", "input"), ("D", [4, 7], "float64", "output"))
+
+
+def prog(rhs: str) -> str:
+    """D_{tx,a} = rhs, with A, B, C standing for A_{tx,a}, A_{tx,a+1}, C_{tx,a} (as in test_algebra)."""
+    rhs = "".join({"A": "A^{f64,g}_{tx,a}", "B": "A^{f64,g}_{tx,a+1}", "C": "C^{f64,g}_{tx,a}"}.get(ch, ch) for ch in rhs)
+    return "B^{4}_{tx=0}L^{7}_{a=0}[D^{f64,g}_{tx,a}=" + rhs + ";];"
+
+
+PROJ = ("B^{4}_{tx=0}L^{5}_{a=0}L^{6}_{c=0}[D^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}+A^{f64,g}_{tx,c}*R^{f64,g}_{a,c};];"
+        "B^{4}_{tx=0}L^{5}_{a=0}L^{6}_{c=0}[E^{f64,g}_{tx,a}=E^{f64,g}_{tx,a}+A^{f64,g}_{tx,c}*W^{f64,g}_{a,c};];"
+        "B^{4}_{tx=0}L^{5}_{a=0}[C^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}*E^{f64,g}_{tx,a};];")
+MMP = sig(("A", [4, 6], "float64", "input"), ("R", [5, 6], "float64", "input"), ("W", [5, 6], "float64", "input"),
+         ("C", [4, 5], "float64", "output"))
+CHUNK = ("B^{3}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{0,tx,a}=A^{f64,g}_{tx,a};];"
+         "B^{3}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{1,tx,a}=A^{f64,g}_{tx,a+8};];"
+         "B^{3}_{tx=0}L^{8}_{a=0}[E^{f64,g}_{tx,a}=C^{f64,g}_{0,tx,a}*C^{f64,g}_{1,tx,a};];")
+SPL = sig(("A", [3, 16], "float64", "input"), ("E", [3, 8], "float64", "output"))
+ATT_SIG = sig(("A", [4, 3], "float64", "input"), ("C", [6, 3], "float64", "input"),
+            ("D", [6, 5], "float64", "input"), ("I", [4, 5], "float64", "output"))
+ATT = ("B^{4}_{tx=0}L^{6}_{a=0}L^{3}_{c=0}[E^{f64,g}_{tx,a}=E^{f64,g}_{tx,a}+A^{f64,g}_{tx,c}*C^{f64,g}_{a,c};];"
+      "B^{4}_{tx=0}L^{6}_{a=0}[F^{f64,g}_{tx}=max(F^{f64,g}_{tx},E^{f64,g}_{tx,a});];"
+      "B^{4}_{tx=0}L^{6}_{a=0}[G^{f64,g}_{tx}=G^{f64,g}_{tx}+exp(E^{f64,g}_{tx,a}-F^{f64,g}_{tx});];"
+      "B^{4}_{tx=0}L^{6}_{a=0}[H^{f64,g}_{tx,a}=exp(E^{f64,g}_{tx,a}-F^{f64,g}_{tx})/G^{f64,g}_{tx};];"
+      "B^{4}_{tx=0}L^{5}_{c=0}L^{6}_{a=0}[I^{f64,g}_{tx,c}=I^{f64,g}_{tx,c}+H^{f64,g}_{tx,a}*D^{f64,g}_{a,c};];")
+ROW = sig(("A", [4, 8], "float64", "input"), ("C", [4], "float64", "input"), ("E", [4], "float64", "output"))
+
+OPERATOR_FISSION = ("B^{4}_{tx=0}L^{8}_{a=0}[D^{f64,g}_{tx}=max(D^{f64,g}_{tx},A^{f64,g}_{tx,a});"
+                    "C^{f64,g}_{tx,a}=A^{f64,g}_{tx,a};];")
+FISSION_SIG = sig(("A", [4, 8], "float64", "input"), ("C", [4, 8], "float64", "output"), ("D", [4], "float64", "output"))
+DEAD = ("B^{4}_{tx=0}L^{8}_{a=0}[D^{f64,g}_{tx,a}=A^{f64,g}_{tx,a}-1;];"
+        "B^{4}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{tx,a}=A^{f64,g}_{tx,a}-1+exp(A^{f64,g}_{tx,a}-1);];")
+PRODUCT = ("B^{4}_{tx=0}L^{8}_{a=0}[D^{f64,g}_{tx,a}=A^{f64,g}_{tx,a};];"
+           "B^{4}_{tx=0}L^{8}_{a=0}[E^{f64,g}_{tx,a}=exp(A^{f64,g}_{tx,a});];"
+           "B^{4}_{tx=0}L^{8}_{a=0}[C^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}*E^{f64,g}_{tx,a};];")
+SHIFT = "B^{4}_{tx=0}L^{7}_{a=0}[C^{f64,g}_{tx,a}=A^{f64,g}_{tx,a+1}-A^{f64,g}_{tx,a};];"
+SHIFT_SIG = sig(("A", [4, 8], "float64", "input"), ("C", [4, 7], "float64", "output"))
+ROW_PRODUCT = "B^{4}_{tx=0}L^{8}_{a=0}[E^{f64,g}_{tx}=E^{f64,g}_{tx}+C^{f64,g}_{tx}*A^{f64,g}_{tx,a};];"
+ROW_SUM = "B^{4}_{tx=0}L^{8}_{a=0}[E^{f64,g}_{tx}=E^{f64,g}_{tx}+(A^{f64,g}_{tx,a}*A^{f64,g}_{tx,a}+C^{f64,g}_{tx});];"
+IDENTITY = ("the new expression equals the old one as an exact symbolic identity (sympy, rational arithmetic; "
+            "literals back-substituted exactly) and agrees at random sample points")
+TWO_SYMBOLS = "one symbol per distinct access or loop index: A^{f64,g}_{tx,a}, C^{f64,g}_{tx,a}"
+NEIGHBOURS = ("one symbol per distinct access or loop index: A^{f64,g}_{tx,a}, C^{f64,g}_{tx,a}, A^{f64,g}_{tx,a+1}; "
+              "accesses of one tensor with different subscripts stay distinct (A^{f64,g}_{tx,a}, A^{f64,g}_{tx,a+1})")
+
+# strategy: (program, signature, target, the site line, the parameters line (None: none), facts stated)
+CASES = {
+    "operator_fusion": (EW, S2, "llvm", "nest 1, tensor D", None, [
+        "the nests share 2 loops (tx:4, a:8) with the same extents and kinds",
+        "2 is the deepest fusion the dependences on D allow"]),
+    "operator_fission": (OPERATOR_FISSION, FISSION_SIG, "llvm", "nest 1, loops tx, a", "at=1", [
+        "the two parts access no common tensor that either writes"]),
+    "compute_inline": (EW, S2, "llvm", "nest 1, statements 1, 2, tensor D", "into=all", [
+        "D is written once per element by statement 1, as a pure function of its indices: A^{f64,g}_{tx,a}-1",
+        "its operands are final before that nest runs, so recomputing it in statement 2 gives the same values, "
+        "in the same dtype (f64)"]),
+    "expression_splitting": (EW, S2, "llvm", "nest 2, statement 2, tensor C", None, [
+        "the right operand exp(D^{f64,g}_{tx,a}) does not read C"]),
+    "tensor_concat_to_fuse_operators": (PROJ, MMP, "llvm", "nest 1, loops tx, a, c, statements 1, 2, tensors D, E",
+                                        "form=stacked_operands", [
+        "nests 1, 2 run the same loops and each computes one intermediate (D, E) of shape [4, 5], written nowhere "
+        "else; all of them read A",
+        "Y is the concatenation of R, W on a new leading axis, copied before the stacked nest while they hold the "
+        "values the parts read"]),
+    "tensor_split_to_decouple_operators": (CHUNK, SPL, "llvm", "nest 1, statements 1, 2, tensor C", "parts=all", [
+        "C is an intermediate whose every write and read names its part by a literal leading index, so each part "
+        "can live in a tensor of its own: C[0] -> F, C[1] -> G"]),
+    "common_subexpression_elimination": (SOFT, S2, "llvm", "nest 2, statements 2, 3", None, [
+        "exp(A^{f64,g}_{tx,a}-D^{f64,g}_{tx}) occurs 2 times, in statements 2, 3",
+        "its operands (A, D) are not written between its first and last use",
+        "every use runs the loops tx, a over the same ranges, so F_{tx,a} holds the value each use needs"]),
+    "dead_code_elimination": (DEAD, S2, "llvm", "nest 1, statement 1, tensor D", None, [
+        "no statement that contributes to the output reads D"]),
+    "expression_reorder": (PRODUCT, S2, "llvm", "nest 3, statement 3", None, [
+        "'*' is commutative in floating point (IEEE 754 results do not depend on the operand order)"]),
+    "loop_reorder": (MM, M_SIG, "llvm", "nest 1, loops tx, a, c", "move=tx, to=2", [
+        "iterations of tx, a are independent (each writes its own elements and reads no element another iteration "
+        "writes), so these loops can move freely",
+        "c carries a dependence (reduction axis or repeated store); their relative order is unchanged, so every "
+        "accumulator element is updated in the same order as before"]),
+    "loop_tiling": (MM, M_SIG, "llvm", "nest 1, loops tx, a", "factors=[2, 4]", [
+        "2 divides 4 and 4 divides 8"]),
+    "loop_split": (MM, M_SIG, "llvm", "nest 1, loop tx", "factor=2", [
+        "2 divides the extent 4 exactly, so d*2+tx enumerates 0..3 once each, in the original order"]),
+    "loop_fusion": (SOFT, S2, "llvm", "nest 1, loops tx, a", "depth=1", [
+        "the nests share 1 loop (tx:4) with the same extents and kinds"]),
+    "loop_unrolling": (MM, M_SIG, "llvm", "nest 1, loop a", None, [
+        "the extent 8 is a small constant (at most 16)",
+        "the unrolled code holds 48 copies of the innermost body (at most 512), 8 counting enclosing unrolled loops"]),
+    "loop_parallelization": (MM, M_SIG, "llvm", "nest 1, loop tx", None, [
+        "every statement under d writes a distinct element per iteration of d (it is a spatial axis of D)",
+        "no statement reads an element that another iteration of d writes"]),
+    "loop_vectorization": (TWO, S2, "llvm", "nest 1, loop a", None, [
+        "a is the innermost loop and a spatial axis of every statement below it",
+        "the extent 8 is small (at most 64) and the target is the CPU"]),
+    "loop_binding": (MM, M_SIG, "cuda", "nest 1, loop a", "axis=ty", [
+        "ty is not yet bound in this nest; the block has 32 threads (at most 1024)",
+        "the target is a GPU (CUDA)"]),
+    "reduction_factorization": (MM, M_SIG, "llvm", "nest 1, loop c, statement 1, tensor D", "factor=2", [
+        "D is reduced with '+' over c, which is not in its subscript",
+        "2 divides the extent 6"]),
+    "cache_read_write": (MM, M_SIG, "llvm", "nest 1, loops tx, a, c", "read=A, depth=1", [
+        "A is not written in this nest, so the copy holds the values every read sees",
+        "below tx the nest reads A only at A^{f64,g}_{tx,c}, which depends on the inner loops only through c"]),
+    "layout_transformation": (TWO, S2, "llvm", "nest 1, tensor D", "order=[1, 0]", [
+        "D is an intermediate, so its layout is free",
+        "every access of D (all 2 of them) is permuted the same way, so each element keeps its value"]),
+    "set_storage_scope": (ONE, S2, "cuda", "nest 1, tensor D", "scope=s", [
+        "every access of D lies in one nest, so its value never crosses a kernel",
+        "each block only touches its own elements of D"]),
+    "set_storage_layout": (TWO, S2, "llvm", "nest 1, tensor D", "layout=row_major", [
+        "the strides (8, 1) map each element to its own offset in 0..31, for every access"]),
+    "precompute_indices": (SHIFT, SHIFT_SIG, "llvm", "nest 1, statement 1", None, [
+        "a+1 depends only on the loop indices a, so a table over their ranges (7) holds every value the statement "
+        "needs",
+        "the table is i64, so every index value is represented exactly"]),
+    "factorization": (prog("A*A+A*C"), ALG, "llvm", "nest 1, statement 1, tensor D", None, [
+        TWO_SYMBOLS, IDENTITY, "no division is introduced"]),
+    "expand_factorization": (prog("(A+C)*(B-C)"), ALG, "llvm", "nest 1, statement 1, tensor D", None, [
+        NEIGHBOURS, IDENTITY]),
+    "cancellation": (prog("(A*A-C*C)/(A+C)"), ALG, "llvm", "nest 1, statement 1, tensor D", None, [
+        TWO_SYMBOLS, IDENTITY]),
+    "expand_cancellation": (prog("(A+C)/(1+C*C)"), ALG, "llvm", "nest 1, statement 1, tensor D", None, [
+        "every denominator of the result (C^{f64,g}_{tx,a}**2+1, C^{f64,g}_{tx,a}**2+1) already divides the "
+        "original expression or is provably non-zero"]),
+    "apart": (prog("(A*A+1)/(A*A+3)"), ALG, "llvm", "nest 1, statement 1, tensor D", "symbol=A^{f64,g}_{tx,a}", [
+        "the expression is a rational function of A^{f64,g}_{tx,a}; the new denominators are factors of the old one"]),
+    "together": (prog("A/C+C/A"), ALG, "llvm", "nest 1, statement 1, tensor D", None, [
+        "every denominator of the result (A^{f64,g}_{tx,a}, C^{f64,g}_{tx,a}) already divides the original "
+        "expression or is provably non-zero"]),
+    "powsimp": (prog("exp(A)*exp(C)+A**2*A**3"), ALG, "llvm", "nest 1, statement 1, tensor D", None, [
+        "powers are combined only where sympy proves the identity for real values (x**a*x**b = x**(a+b), "
+        "exp(a)*exp(b) = exp(a+b)); sqrt(x)*sqrt(y) is not merged for values of unknown sign"]),
+    "expand_powsimp": (prog("exp(A+C)"), ALG, "llvm", "nest 1, statement 1, tensor D", None, [
+        TWO_SYMBOLS, IDENTITY]),
+    "expand_log": (prog("log(exp(A)*(C*C+1))"), ALG, "llvm", "nest 1, statement 1, tensor D", None, [
+        "every factor split out of a logarithm is provably positive (an exponential, a positive constant, or a sum "
+        "of squares and positive constants): the sign of a tensor value is never assumed, so log(A*C) with A, C of "
+        "unknown sign is left alone"]),
+    "logsimp": (prog("log(A*A+1)+log(C*C+1)"), ALG, "llvm", "nest 1, statement 1, tensor D", None, [
+        "combining only widens the domain: wherever the original is defined every logarithm's argument is "
+        "positive, and there log(a)+log(b) = log(a*b) and n*log(a) = log(a**n)"]),
+    "collect": (prog("A*C+A*B+C*B"), ALG, "llvm", "nest 1, statement 1, tensor D", "symbol=A^{f64,g}_{tx,a}", [
+        NEIGHBOURS, IDENTITY]),
+    "expand_collect": (prog("A*(C+B)+C"), ALG, "llvm", "nest 1, statement 1, tensor D", "symbol=A^{f64,g}_{tx,a}", [
+        NEIGHBOURS, IDENTITY]),
+    "partially_equivalent_then_correct": (SOFT, S2, "llvm", "nest 2, loop a, statement 2, tensor E",
+                                          "offset=D^{f64,g}_{tx}", [
+        "exp(y-D^{f64,g}_{tx}) = exp(y-y0)*exp(y0-D^{f64,g}_{tx}) with y0 = A^{f64,g}_{tx,0} (the element at a=0), "
+        "so the partial sum with offset y0 times exp(y0-D^{f64,g}_{tx}) is the original sum",
+        "D^{f64,g}_{tx} does not depend on a; the correction multiplies E after the sum is complete (an update of a "
+        "written tensor, no new initialisation)"]),
+    "normal_loop_max_to_prefix_max": (SOFT, S2, "llvm", "nest 1, loop a, statement 1, tensor D", None, [
+        "D is a max-reduction over a (extent 8) with implicit initialisation; the scan starts from the explicit "
+        "boundary -inf at a=0, so each prefix applies the same operations in the same order",
+        "F is a fresh intermediate; a stays a serial loop (the scan carries a dependence)"]),
+    "exponential_split": (SOFT, S2, "llvm", "nest 2, statement 2, tensor E", "exp=0, term=-D^{f64,g}_{tx}", [
+        "exp(u+v) = exp(u)*exp(v) for real u, v; the split-off term -D^{f64,g}_{tx} does not depend on loop a"]),
+    "multiplicative_split": (ROW_PRODUCT, ROW, "llvm", "nest 1, loop a, statement 1, tensor E", None, [
+        "the factor C^{f64,g}_{tx} does not depend on the reduction loop a, so sum over a of f*g = f * (sum over a "
+        "of g)"]),
+    "additive_split": (ROW_SUM, ROW, "llvm", "nest 1, loop a, statement 1, tensor E", "term=A^{f64,g}_{tx,a}**2", [
+        "sum over a of (g+t) = sum of g + sum of t, t = A^{f64,g}_{tx,a}**2",
+        "the second nest accumulates onto E after the first wrote it (LEIR.md §4.4), so it gets no second "
+        "initialisation"]),
+    "normal_loop_summation_on_exp_to_prefix_summation_on_exp": (SOFT, S2, "llvm",
+                                                                "nest 2, loop a, statement 2, tensor E", None, [
+        "E is a +-reduction over a (extent 8) with implicit initialisation; the scan starts from the explicit "
+        "boundary 0 at a=0, so each prefix applies the same operations in the same order"]),
+    "online_softmax": (SOFT, S2, "llvm", "nest 1, loop a, statements 1, 2, tensors D, E", None, [
+        "nest 1 is a max-reduction of x = A^{f64,g}_{tx,a} into D and nest 2 sums exp(x-D) into E over the same "
+        "loops (checked as a symbolic identity, looking through copies)",
+        "no nest in between reads or writes them or writes what x reads"]),
+    "flashattention_wo_tiling": (ATT, ATT_SIG, "llvm", "nest 2, loop a, statements 2, 3, tensors F, G, H, I", None, [
+        "nests 2-5 compute softmax over a into H (max F, sum G) and I = H·V; H is read by the product only, so it "
+        "need not be stored",
+        "no nest in between touches the tensors involved"]),
+}
+REASSOCIATING = "Floating-point operations are reordered, so results agree within rounding, not bit for bit."
+
+
+def test_every_strategy_has_a_case():
+    assert sorted(CASES) == sorted(ALL_NAMES)
+
+
+@pytest.mark.parametrize("name", ALL_NAMES)
+def test_the_chain_of_thought_states_the_site_parameters_and_legality_facts(name):
+    text, signature, target, where, parameters, facts = CASES[name]
+    strategy = get(name)
+    t = next(strategy.transformations(ctx(text, signature, target)))
+    lines = think(t).splitlines()
+    assert lines[0].startswith(f"Strategy: {name} ({strategy.level} level). ") and lines[0].endswith(t.effect)
+    assert lines[1] == f"Where: {where}."
+    assert t.site.describe() == where
+    if parameters is None:
+        assert not t.params and not any(line.startswith("Parameters:") for line in lines)
+    else:
+        assert lines[2] == f"Parameters: {parameters}."
+    checked = lines[lines.index("Legality checked:") + 1:]
+    for fact in facts:
+        assert f"- {fact}" in checked, fact
+    assert [f"- {fact}" for fact in t.facts] == checked[:len(t.facts)]  # every fact checked is stated
+    assert (REASSOCIATING in lines) == (t.exactness == "reassociating")
+    assert answer(t).startswith(f"<think>{think(t)}</think><answer>")
