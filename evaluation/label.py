@@ -93,7 +93,7 @@ def strategy_results(original: str, signature: str, target: str, strategy: str, 
     from strategies.registry import get
 
     sig = Signature.from_json(signature)
-    ctx = Context(parse_program(original), sig, target)
+    ctx = Context(parse_program(original), sig, target, useful_only=False)  # a model's step is named, not judged
     deadline = time.monotonic() + budget_s
     hashes: set[str] = set()
     count = 0

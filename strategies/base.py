@@ -38,6 +38,15 @@ def refuse(reason: str | None) -> None:
         raise Illegal(reason)
 
 
+def refuse_unhelpful(ctx: Context, reason: str | None) -> None:
+    """Refuse a legal step that cannot help (issue 24: a loop of one iteration made parallel, a copy
+    read once, partial results in global memory inside serial loops), unless the context asks for
+    every legal step (`useful_only=False`: the evaluation recognises a model's step as the strategy
+    it names whether or not it helps)."""
+    if ctx.useful_only:
+        refuse(reason)
+
+
 @dataclass(frozen=True)
 class Context:
     """The program a strategy works on, its signature and the target; analyses computed once."""
@@ -53,6 +62,8 @@ class Context:
     # may use: all of them for the toolchain and the search, none for released data unless the
     # profile's `leir_extensions` admits one.
     extensions: tuple[str, ...] = EXTENSION_FNS
+    # Steps that are legal but cannot help (strategies.base.refuse_unhelpful) are not proposed.
+    useful_only: bool = True
 
     def __post_init__(self):
         if self.target not in TARGETS:

@@ -14,6 +14,32 @@ def iterations(loops) -> int:
     return math.prod(lp.extent for lp in loops)
 
 
+# --- steps that cannot help (issue 24): refused, with the reason, whatever else holds -------------------
+
+def one_iteration_problem(loop: Loop, what: str) -> str | None:
+    """Why marking `loop` (`what`: parallel, vectorized, unrolled, bound) cannot help, or None."""
+    if loop.extent < 2:
+        return (f"{loop.var} runs one iteration: a {what} loop of one iteration changes nothing but the "
+                "text (no work to share, no lanes, no branch to remove)")
+    return None
+
+
+def same_traversal_problem(old: list[Loop], new: list[Loop]) -> str | None:
+    """Why a reordering from `old` to `new` cannot help (only loops of one iteration move), or None."""
+    if [lp.var for lp in old if lp.extent > 1] == [lp.var for lp in new if lp.extent > 1]:
+        return ("only loops of one iteration change places: every element is visited in the same order as "
+                "before")
+    return None
+
+
+def copy_without_reuse_problem(tensor: str, reads_per_element: float) -> str | None:
+    """Why a scratch copy of `tensor` read `reads_per_element` times per copied element cannot help."""
+    if reads_per_element <= 1:
+        return (f"each element copied from {tensor} would be read once: the scratch copy only adds a store "
+                "and a load per element")
+    return None
+
+
 def body_statements(nest: Nest, outer: tuple[Loop, ...] = ()) -> list[tuple[Stmt, tuple[Loop, ...]]]:
     """Statements of a nest with all loops that enclose them (outer ones given), in order."""
     loops = outer + nest.loops

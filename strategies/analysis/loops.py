@@ -207,6 +207,21 @@ def factor_reduction(ctx: Context, top: int, k: int, factor: int) -> Factored:
     return Factored(program, x, y.tensor, lp, factor, op, part_op)
 
 
+def serial_partials_problem(ctx: Context, top: int, factor: int) -> str | None:
+    """Why factoring the reduction nest `top` cannot help on this target, or None: on the CPU its
+    partial results land in a global tensor, and with every loop serial nothing then runs in parallel
+    or as vector lanes; the step only adds a store per partial and a second pass (a vectorised split is
+    loop_vectorization's `partials` variant, which marks the lane loop V)."""
+    nest = ctx.program.nests[top]
+    if ctx.gpu or any(lp.kind in ("P", "V") for lp in nest.loops):
+        return None
+    spatial = set(lhs_vars(nest.body[0])) if nest.body and isinstance(nest.body[0], Stmt) else set()
+    size = iterations(lp for lp in nest.loops if lp.var in spatial) * factor
+    return (f"on the CPU the partial results would land in a global tensor of {size} element"
+            f"{'s' if size != 1 else ''} inside serial loops: nothing runs in parallel or as vector lanes, "
+            "and the step adds a store per partial result and a second pass over them")
+
+
 def factored_facts(r: Factored) -> tuple[str, ...]:
     return (f"{r.acc.tensor} is reduced with {r.op!r} over {r.loop.var}, which is not in its subscript",
             f"{r.factor} divides the extent {r.loop.extent}",

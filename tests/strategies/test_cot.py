@@ -120,7 +120,7 @@ CASES = {
     "loop_binding": (MM, M_SIG, "cuda", "nest 1, loop a", "axis=ty", [
         "ty is not yet bound in this nest; the block has 32 threads (at most 1024)",
         "the target is a GPU (CUDA)"]),
-    "reduction_factorization": (MM, M_SIG, "llvm", "nest 1, loop c, statement 1, tensor D", "factor=2", [
+    "reduction_factorization": (MM, M_SIG, "cuda", "nest 1, loop c, statement 1, tensor D", "factor=2", [
         "D is reduced with '+' over c, which is not in its subscript",
         "2 divides the extent 6"]),
     "cache_read_write": (MM, M_SIG, "llvm", "nest 1, loops tx, a, c", "read=A, depth=1", [

@@ -7,13 +7,14 @@ from leir.ast import Access, Loop, Nest, Stmt, Var, accesses, map_stmt
 from leir.printer import format_expr
 from strategies.analysis.legality import (
     body_statements,
+    copy_without_reuse_problem,
     iterations,
     merged_subscript_vars,
     reads_without_self,
     stmt_reads,
 )
 from strategies.analysis.tree import fresh_tensors, literal, replace_nests, vars_in
-from strategies.base import Context, Illegal, Rewrite, Site, Strategy
+from strategies.base import Context, Illegal, Rewrite, Site, Strategy, refuse_unhelpful
 from strategies.registry import register
 
 
@@ -80,6 +81,8 @@ def cached_read(ctx: Context, top: int, tensor: str, depth: int) -> tuple[Access
         cached.append(ix.name)
     if not [lp for lp in inner if lp.var not in cached]:
         raise Illegal(f"no loop below the cache level reuses {tensor}")
+    reuse = iterations(lp for lp in inner if lp.var not in cached)
+    refuse_unhelpful(ctx, copy_without_reuse_problem(tensor, reuse))
     return acc, cached
 
 

@@ -11,9 +11,9 @@ from itertools import permutations
 from leir.analysis import affine_form, loop_bounds
 from leir.ast import Access, BinOp, Loop, Nest, Num, Program, Stmt, Var, map_stmt
 from leir.printer import format_expr
-from strategies.analysis.legality import iterations
+from strategies.analysis.legality import copy_without_reuse_problem, iterations
 from strategies.analysis.tree import fresh_indices, fresh_tensors, map_accesses, replace_nests, tensor_accesses
-from strategies.base import Context, Illegal, Match, Rewrite, Site, Strategy
+from strategies.base import Context, Illegal, Match, Rewrite, Site, Strategy, refuse_unhelpful
 from strategies.registry import register
 
 MAX_PERMUTATIONS = 6
@@ -213,6 +213,8 @@ def relaid_copy(ctx: Context, tensor: str, params: dict) -> Rewrite:
         raise Illegal(f"the program never reads {tensor}")
     if any(s.stmt.lhs.tensor == tensor for _, s in uses):
         raise Illegal(f"{tensor} is written by the program: a copy made once would miss the writes")
+    reads = sum(iterations(s.loops) for _, s in uses)
+    refuse_unhelpful(ctx, copy_without_reuse_problem(tensor, reads / math.prod(info.shape)))
     shape = list(info.shape)
     names = fresh_indices(ctx.program)
     y = fresh_tensors(ctx.program, ctx.signature).fresh()

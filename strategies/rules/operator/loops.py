@@ -22,6 +22,8 @@ from strategies.analysis.legality import (
     iterations,
     keeps_relative_order,
     loop_carries_dependence,
+    one_iteration_problem,
+    same_traversal_problem,
 )
 from strategies.analysis.loops import (
     MAX_FACTORS,
@@ -47,7 +49,7 @@ from strategies.analysis.tree import (
     substitute_in_nest,
     with_loop,
 )
-from strategies.base import Context, Illegal, LoopAt, Rewrite, Site, Strategy, refuse
+from strategies.base import Context, Illegal, LoopAt, Rewrite, Site, Strategy, refuse, refuse_unhelpful
 from strategies.registry import register
 
 MAX_TILES = 12         # factor pairs tried per tiled loop pair
@@ -143,6 +145,7 @@ class LoopReorder(Strategy):
         nest = get_item(ctx.program, site.nest, site.path)
         names = [lp.var for lp in nest.loops]
         i, j, loops, moved = self._moved(nest, params)
+        refuse_unhelpful(ctx, same_traversal_problem(list(nest.loops), loops))
         new_order = [lp.var for lp in loops]
         if ctx.gpu and [lp.var for lp in loops if lp.kind == "B"] != [lp.var for lp in nest.loops if lp.kind == "B"]:
             raise Illegal("thread-bound loops stay where they are on CUDA")
@@ -267,6 +270,7 @@ class LoopUnrolling(LoopRule):
 
     def rewrite_loop(self, ctx, site, nest, k, params):
         lp = nest.loops[k]
+        refuse_unhelpful(ctx, one_iteration_problem(lp, "unrolled"))
         outer = enclosing_loops(ctx.program, site.nest, site.path) + nest.loops[:k]
         copies = lp.extent * iterations(x for x in outer if x.kind == "U")
         body = lp.extent * body_iterations(Nest(nest.loops[k + 1:], nest.body))
@@ -297,6 +301,7 @@ class LoopParallelization(LoopRule):
 
     def rewrite_loop(self, ctx, site, nest, k, params):
         loop = nest.loops[k]
+        refuse_unhelpful(ctx, one_iteration_problem(loop, "parallel"))
         if loop.kind == "B":
             if ctx.gpu:
                 raise Illegal("a thread-bound loop is already parallel on the GPU")
@@ -390,6 +395,7 @@ class LoopVectorization(LoopRule):
                 raise Illegal(f"{width} does not properly divide the extent {lp.extent}")
             nest, k = split_loop(nest, k, width, fresh_indices(ctx.program).fresh()), k + 1
         lp = nest.loops[k]
+        refuse_unhelpful(ctx, one_iteration_problem(lp, "vector"))
         if lp.extent > MAX_VECTOR:
             raise Illegal(f"{lp.extent} lanes are more than {MAX_VECTOR}: split the loop first")
         stmts = statements_under(replace_item(ctx.program, site.nest, site.path, (nest,)), site.nest, site.path,
@@ -470,6 +476,7 @@ class LoopBinding(LoopRule):
         if not ctx.gpu:
             raise Illegal("the target is not a GPU")
         lp, axis = nest.loops[k], params["axis"]
+        refuse_unhelpful(ctx, one_iteration_problem(lp, "bound"))
         bound = _bound_loops(ctx.program.nests[site.nest])
         if axis in {b.var[:2] for b in bound}:
             raise Illegal(f"{axis} is already bound in this nest")

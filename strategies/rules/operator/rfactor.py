@@ -12,8 +12,9 @@ from strategies.analysis.loops import (
     factor_reduction,
     factored_effect,
     factored_facts,
+    serial_partials_problem,
 )
-from strategies.base import LoopAt, Rewrite, Site, Strategy
+from strategies.base import LoopAt, Rewrite, Site, Strategy, refuse_unhelpful
 from strategies.registry import register
 
 
@@ -44,5 +45,6 @@ class ReductionFactorization(Strategy):
             yield {"factor": f}
 
     def rewrite(self, ctx, site, params):
+        refuse_unhelpful(ctx, serial_partials_problem(ctx, site.nest, params["factor"]))
         factored = factor_reduction(ctx, site.nest, site.match.loop_index, params["factor"])
         return Rewrite(factored.program, factored_facts(factored), factored_effect(factored))
