@@ -12,7 +12,7 @@ import keyword
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from leir.lower.expr import ExprLowering, cast, identity_value, tvm_dtype
+from leir.lower.expr import ExprLowering, identity_value, stored, tvm_dtype
 from leir.lower.planner import Plan, PLoop, PStore
 from leir.signature import Signature
 
@@ -71,7 +71,7 @@ def _emit_store(store: PStore, buffers: dict, env: dict) -> None:
     else:
         value = lower.value(store.rhs)
     indices = [lower.index(i) for i in store.lhs.indices]
-    T.buffer_store(buf, cast(value, dtype), indices)
+    T.buffer_store(buf, stored(value, dtype), indices)
 
 
 def python_name(name: str) -> str:

@@ -19,7 +19,7 @@ from tvm.script.ir_builder import tirx as T
 
 from leir.lower.blocks import OPAQUE, REDUCTION, SCAN, SPATIAL, BlockPlan
 from leir.lower.emit import loop_frame, python_name
-from leir.lower.expr import ExprLowering, cast, identity_value, tvm_dtype
+from leir.lower.expr import ExprLowering, identity_value, stored, tvm_dtype
 from leir.lower.planner import Plan, PLoop, PStore
 from leir.signature import Signature
 
@@ -74,4 +74,4 @@ def _emit_block(store: PStore, blocks: BlockPlan, buffers: dict, loops: dict[str
             with T.init():
                 T.buffer_store(buf, identity_value(spec.init, dtype), indices)
         value = identity_value(store.identity, dtype) if store.is_fill else lower.value(store.rhs)
-        T.buffer_store(buf, cast(value, dtype), indices)
+        T.buffer_store(buf, stored(value, dtype), indices)
