@@ -2,10 +2,17 @@
 
 Every nest follows LEIR.md §5: `B^{n0}_{tx=0}` over the first extent, then `L` loops named from the
 index sequence (`a c d f ...`); a nest without extents is `B^{1}_{tx=0}`.
+
+Mixed precision (LEIR.md §4.5): in a float16 or bfloat16 program, an operator whose PyTorch CPU kernel
+accumulates or computes in float32 (`ops` register it with `float32_kernel=True`) runs while the
+emitter `widens`: its result and every half-precision temporary it makes are float32 intermediates in
+local scope (`E^{f32,l}`), and the translator then rounds the result once into the operator's
+half-precision tensor (`D^{f16,g}=E^{f32,l}`), as the kernel does.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from leir.ast import Access, Loop, Nest, Num, Program, Stmt, Var
@@ -22,6 +29,7 @@ class Ref:
     code: str
     shape: tuple[int, ...]
     lead: tuple[int, ...] = ()
+    scope: str = "g"
 
     @property
     def rank(self) -> int:
@@ -29,11 +37,11 @@ class Ref:
 
     def at(self, *indices) -> X:
         ix = tuple(Num(i) for i in self.lead) + tuple(ex(i) for i in indices)
-        return X(Access(self.name, self.code, "g", ix))
+        return X(Access(self.name, self.code, self.scope, ix))
 
     def slot(self, k: int) -> Ref:
         """Element `k` of a stacked tuple tensor."""
-        return Ref(self.name, self.code, self.shape[1:], self.lead + (k,))
+        return Ref(self.name, self.code, self.shape[1:], self.lead + (k,), self.scope)
 
     def numel(self) -> int:
         n = 1
@@ -71,15 +79,39 @@ def operand(value, out_vars, out_shape):
     raise TypeError(f"expected a tensor or a number, got {type(value).__name__}")
 
 
+HALF_CODES = ("f16", "bf16")
+ACCUMULATOR_CODE = "f32"
+
+
 class Emitter:
     """Collects nests in program order and hands out fresh temporaries past the names in use."""
 
     def __init__(self, used_names: Sequence[str]):
         self.nests: list[Nest] = []
         self._temps = TensorNames(used_names)
+        self._widening = False
 
     def temp(self, shape: Sequence[int], code: str) -> Ref:
+        """A fresh temporary; a half-precision one is a float32 local while the emitter `widens`."""
+        if self._widening and code in HALF_CODES:
+            return Ref(self._temps.fresh(), ACCUMULATOR_CODE, tuple(shape), scope="l")
         return Ref(self._temps.fresh(), code, tuple(shape))
+
+    @contextmanager
+    def widens(self, out: Ref):
+        """Emit an operator that computes in float32 (module docstring): yields what it should write
+        instead of `out` (`out` itself when `out` is not half precision) and, on leaving, rounds that
+        once into `out`."""
+        if out.code not in HALF_CODES:
+            yield out
+            return
+        wide = Ref(self._temps.fresh(), ACCUMULATOR_CODE, out.shape, scope="l")
+        self._widening, before = True, self._widening
+        try:
+            yield wide
+        finally:
+            self._widening = before
+        copy_nest(self, out, lambda *v: wide.at(*v))
 
     def nest(self, extents: Sequence[int], body: Callable[..., Stmt | Sequence[Stmt]]) -> None:
         """One nest over `extents` (B first, then L); `body(*vars)` returns its statements."""

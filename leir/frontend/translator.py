@@ -31,6 +31,7 @@ from leir.frontend.registry import (
     TranslationError,
     UnsupportedForm,
     UnsupportedOperator,
+    computes_in_float32,
     handler_for,
     supported_operators,
 )
@@ -176,7 +177,11 @@ def _emit_call(em: Emitter, node: fx.Node, call: OpCall, env, plan: NamePlan) ->
     if kwargs.pop("out", None) is not None:
         raise UnsupportedOperator(call.pytorch, call.where, "an out= argument")
     try:
-        handler_for(call.name)(em, out, *args, **kwargs)
+        if computes_in_float32(call.name) and isinstance(out, Ref):
+            with em.widens(out) as target:
+                handler_for(call.name)(em, target, *args, **kwargs)
+        else:
+            handler_for(call.name)(em, out, *args, **kwargs)
     except UnsupportedForm as e:
         raise UnsupportedOperator(call.pytorch, call.where, str(e)) from None
     except (TypeError, ValueError, IndexError, KeyError) as e:

@@ -75,6 +75,14 @@ def tvm_dtype(code: str) -> str:
     return CODE_TO_TORCH[code]
 
 
+def storage_dtype(code: str) -> str:
+    """The dtype of an intermediate's buffer: its own, except that a bfloat16 intermediate is held in
+    float32, bfloat16 values exactly (TVM 0.27 does the same to every bfloat16 buffer it allocates, and
+    its legalizer would otherwise rewrite the buffer under our bit-level reads; see BF16_WORK)."""
+    dtype = tvm_dtype(code)
+    return BF16_WORK if dtype == "bfloat16" else dtype
+
+
 def dtype_of(expr) -> str:
     return str(expr.ty.dtype)
 
@@ -206,7 +214,7 @@ def _data_dtype(e, buffers) -> str | None:
     while stack:
         node = stack.pop()
         if isinstance(node, Access):
-            dt = dtype_of_buffer(buffers[node.tensor])
+            dt = tvm_dtype(node.dtype)  # the tensor's own dtype (a bfloat16 buffer may be float32)
             out = dt if out is None else promote(out, dt)
             continue
         stack.extend(_value_children(node))
@@ -225,9 +233,6 @@ def _value_children(node) -> tuple:
             return (t, o)
     return ()
 
-
-def dtype_of_buffer(buf) -> str:
-    return str(buf.dtype)
 
 
 class ExprLowering:
@@ -284,7 +289,7 @@ class ExprLowering:
             case Var(name=n):
                 return self.convert(self.var(n), lit)
             case Access():
-                return self.convert(self.load(e), lit)
+                return self.convert(self.load(e), lit, tvm_dtype(e.dtype))
             case Neg(operand=Num(value=v)):
                 return self.literal(-v, lit)
             case Neg(operand=a):
@@ -307,12 +312,13 @@ class ExprLowering:
             return tirx.const(bfloat16_value(value), BF16_WORK)
         return literal(value, lit)
 
-    def convert(self, x, lit: str):
-        """A value read in a statement that computes in `lit` (bfloat16: in BF16_WORK, rounded)."""
+    def convert(self, x, lit: str, source: str | None = None):
+        """A value read (of dtype `source`, if not its own) in a statement that computes in `lit`
+        (bfloat16: in BF16_WORK, rounded unless it is a bfloat16 value already)."""
         if lit != "bfloat16":
             return cast(x, lit)
         wide = cast(x, BF16_WORK)
-        return wide if dtype_of(x) == "bfloat16" else round_to_bfloat16(wide)
+        return wide if (source or dtype_of(x)) == "bfloat16" else round_to_bfloat16(wide)
 
     def settle(self, result, lit: str):
         """The result of one operation of a statement that computes in `lit`: rounded to bfloat16
