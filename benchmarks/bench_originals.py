@@ -50,15 +50,17 @@ def translated(dtype: str, shapes: str, seed: int, families: set[str] | None, na
 
 def measure(dtype: str, shapes: str, seed: int, families, names, workers: int) -> list[dict]:
     from flows.config import load_params
+    from flows.generate import own_error_factor
     from gpu_tasks.pool import WorkerPool
     from gpu_tasks.verify import verify_against_references
 
-    verify = load_params(ROOT / "params.yaml").verify
+    params = load_params(ROOT / "params.yaml")
+    verify = params.verify
     found, skipped = translated(dtype, shapes, seed, families, names)
     with WorkerPool(workers=workers, timeout_s=float(verify["timeout_s"])) as pool:
-        results = verify_against_references([(tr.program, tr.signature, tr.reference) for _, tr in found], pool,
-                                            draws=int(verify["draws"]), seed=seed,
-                                            tolerances=verify["tolerance"])
+        results = verify_against_references([(tr.program, tr.signature, tr.reference, tr.reference_in_dtype)
+                                             for _, tr in found], pool, draws=int(verify["draws"]), seed=seed,
+                                            tolerances=verify["tolerance"], own_factor=own_error_factor(params))
     rows = [{"dtype": dtype, "workload": w.name, "family": w.family, "status": v.status,
              "max_abs_err": v.max_abs_err, "tolerance_share": v.tolerance_share,
              "error": (v.error or "").splitlines()[0][:200] if v.error else "", "leir_chars": len(tr.text)}

@@ -73,6 +73,14 @@ def instances_of(workload, params, pinned: str | None = None) -> list:
     return [sample_instance(workload, seed, k, prof["workload_profile"]) for k in range(count)]
 
 
+def own_error_factor(params) -> float:
+    """params.yaml `verify.pytorch_error_factor`: how many times PyTorch's own error in a program's dtype
+    an original may have against the float64 reference (gpu_tasks.compare.raised_bounds)."""
+    from gpu_tasks.verify import OWN_ERROR_FACTOR
+
+    return float(params.verify.get("pytorch_error_factor", OWN_ERROR_FACTOR))
+
+
 def generate_shard(shard: Shard, params, pool=None) -> list[dict]:
     from gpu_tasks.verify import verify_against_reference
     from leir.canon import program_id
@@ -94,7 +102,8 @@ def generate_shard(shard: Shard, params, pool=None) -> list[dict]:
                     continue  # counted by the report as catalogue instances without a program
                 v = verify_against_reference(tr.program, tr.signature, tr.reference, params.verify["target"],
                                              int(params.verify["draws"]), seed,
-                                             tolerances=params.verify["tolerance"], pool=pool)
+                                             tolerances=params.verify["tolerance"], pool=pool,
+                                             own_fn=tr.reference_in_dtype, own_factor=own_error_factor(params))
                 pid = program_id(tr.program, tr.signature)
                 err = v.to_json()["max_abs_err"]
                 rows.setdefault(pid, {

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from leir.ast import Access, Loop, Nest, Num, Program, Stmt, Var
+from leir.ast import Access, Loop, Nest, Num, Program, Stmt, Var, walk_expr
 from leir.frontend.expr import X, ex
 from leir.names import TensorNames, index_names
 
@@ -91,11 +91,12 @@ class Emitter:
         self._temps = TensorNames(used_names)
         self._widening = False
 
-    def temp(self, shape: Sequence[int], code: str) -> Ref:
-        """A fresh temporary; a half-precision one is a float32 local while the emitter `widens`."""
-        if self._widening and code in HALF_CODES:
+    def temp(self, shape: Sequence[int], code: str, scope: str = "g") -> Ref:
+        """A fresh temporary; a half-precision (or float32) one is a float32 local while the emitter
+        `widens`."""
+        if self._widening and code in (*HALF_CODES, ACCUMULATOR_CODE):
             return Ref(self._temps.fresh(), ACCUMULATOR_CODE, tuple(shape), scope="l")
-        return Ref(self._temps.fresh(), code, tuple(shape))
+        return Ref(self._temps.fresh(), code, tuple(shape), scope=scope)
 
     @contextmanager
     def widens(self, out: Ref):
@@ -156,6 +157,38 @@ def accumulate(ref: Ref, indices: Sequence, term, op: str = "+") -> Stmt:
     else:
         raise ValueError(f"unknown accumulation {op!r}")
     return Stmt(acc.node, rhs.node)
+
+
+# A sequential sum of more terms than this loses digits where the partial sum outgrows its terms
+# (float32: 5e-4 of a 2^19-term sum of squares on the wide-range draw; PyTorch sums in a cascade and
+# stays within 1e-6). Such a sum over two or more dimensions goes in two stages (`accumulate_over`).
+CASCADE_TERMS = 2 ** 14
+
+
+def accumulate_over(em: Emitter, acc: Ref, shape: Sequence[int], index: Callable, term: Callable,
+                    op: str = "+") -> None:
+    """`acc[index(v)] op= term(v)` over `shape` (`accumulate`, implicit initialisation). A sum (`+`,
+    `-`) of more than CASCADE_TERMS terms per element whose innermost dimension is reduced runs in two
+    stages, as PyTorch's cascade does in spirit: partial sums over the innermost dimension into a
+    temporary of the others, then the sum of those partials."""
+    loops, _ = nest_loops(shape)
+    innermost = loops[-1].var
+    per_element = _numel(shape) // max(1, _numel(acc.shape))
+    reads_innermost = any(isinstance(n, Var) and n.name == innermost
+                          for i in index(nest_loops(shape)[1]) for n in walk_expr(ex(i)))
+    if op not in ("+", "-") or len(shape) < 2 or per_element <= CASCADE_TERMS or reads_innermost:
+        em.nest(shape, lambda *v: accumulate(acc, index(v), term(v), op))
+        return
+    partial = em.temp(shape[:-1], acc.code, acc.scope)
+    em.nest(shape, lambda *v: accumulate(partial, v[:-1], term(v)))
+    em.nest(shape[:-1], lambda *v: accumulate(acc, index((*v, X(0))), partial.at(*v), op))
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
 
 
 def copy_nest(em: Emitter, out: Ref, read: Callable[..., X]) -> None:

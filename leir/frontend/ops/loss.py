@@ -2,7 +2,7 @@
 in as a division by the literal count (golden `cross_entropy_mean`: `D=D-G_{tx,C_{tx}}/4`)."""
 from __future__ import annotations
 
-from leir.frontend.emit import Emitter, Ref, accumulate, broadcast_read, store
+from leir.frontend.emit import Emitter, Ref, accumulate, accumulate_over, broadcast_read, store
 from leir.frontend.expr import X, exp, fabs, log, select, sqrt, vmax
 from leir.frontend.ops.reduce import max_and_sumexp, softmax_dim, softmax_nest
 from leir.frontend.registry import UnsupportedForm, op
@@ -19,10 +19,10 @@ def reduce_loss(em: Emitter, out: Ref, shape, term, reduction: str, sign: str = 
     if reduction == "batchmean":
         n = shape[0] if shape else 1
 
-    def body(*v):
+    def each(v):
         t = term(*v)
-        return accumulate(out, [], t if reduction == "sum" else t / n, sign)
-    em.nest(shape, body)
+        return t if reduction == "sum" else t / n
+    accumulate_over(em, out, shape, lambda v: [], each, sign)
 
 
 def _numel(shape) -> int:

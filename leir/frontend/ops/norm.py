@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from leir.dtypes import torch_name
-from leir.frontend.emit import Emitter, Ref, accumulate, store
+from leir.frontend.emit import ACCUMULATOR_CODE, HALF_CODES, Emitter, Ref, accumulate, accumulate_over, store
 from leir.frontend.expr import sqrt
 from leir.frontend.registry import UnsupportedForm, op
 
@@ -20,7 +20,7 @@ def normalise(em: Emitter, out: Ref, x: Ref, stats_shape, stats_index, count: in
     apply `affine(v, normalised) -> expr` (None: the normalised value is the result)."""
     if centre:
         total = em.temp(stats_shape, x.code)
-        em.nest(x.shape, lambda *v: accumulate(total, stats_index(v), x.at(*v)))
+        accumulate_over(em, total, x.shape, stats_index, lambda v: x.at(*v))
         mean = em.temp(stats_shape, x.code)
         em.nest(stats_shape, lambda *v: store(mean, v, total.at(*v) / count))
 
@@ -30,7 +30,7 @@ def normalise(em: Emitter, out: Ref, x: Ref, stats_shape, stats_index, count: in
         def centred(v):
             return x.at(*v)
     squares = em.temp(stats_shape, x.code)
-    em.nest(x.shape, lambda *v: accumulate(squares, stats_index(v), centred(v) ** 2))
+    accumulate_over(em, squares, x.shape, stats_index, lambda v: centred(v) ** 2)
     variance = em.temp(stats_shape, x.code)
     em.nest(stats_shape, lambda *v: store(variance, v, squares.at(*v) / count))
 
@@ -76,8 +76,8 @@ def rms_norm(em, out, x, normalized_shape, weight=None, eps=None):
     k = _trailing(x, normalized_shape)
     lead = x.rank - k
     count = x.numel() // max(1, _prod(x.shape[:lead]))
-    if eps is None:
-        eps = torch.finfo(getattr(torch, torch_name(x.code))).eps
+    if eps is None:  # PyTorch's kernel takes the eps of the dtype it computes in: float32 for half inputs
+        eps = torch.finfo(getattr(torch, torch_name(ACCUMULATOR_CODE if x.code in HALF_CODES else x.code))).eps
     normalise(em, out, x, x.shape[:lead], lambda v: v[:lead], count, eps,
               scale_shift(weight, None, lambda v: v[lead:]), centre=False)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from leir.ast import Num
-from leir.frontend.emit import Emitter, Ref, accumulate, store
+from leir.frontend.emit import Emitter, Ref, accumulate, accumulate_over, store
 from leir.frontend.expr import X, exp, fabs, log, select, sqrt
 from leir.frontend.registry import UnsupportedForm, op
 
@@ -55,7 +55,7 @@ def reduce_into(em: Emitter, x: Ref, dims, op_name: str, term=lambda v: v, code=
     shape = keep_shape(x.shape, dims) if keep else drop_shape(x.shape, dims)
     acc = em.temp(shape, code or x.code)
     index = keep_index if keep else drop_index
-    em.nest(x.shape, lambda *v: accumulate(acc, index(v, dims), term(x.at(*v)), op_name))
+    accumulate_over(em, acc, x.shape, lambda v: index(v, dims), lambda v: term(x.at(*v)), op_name)
     return acc
 
 
@@ -216,8 +216,8 @@ def _variance(em, out, x, dim, correction, keepdim, root):
     avg = em.temp(total.shape, x.code)
     em.nest(avg.shape, lambda *v: store(avg, v, total.at(*v) / n))
     dev = em.temp(total.shape, x.code)
-    em.nest(x.shape, lambda *v: accumulate(dev, keep_index(v, dims),
-                                           (x.at(*v) - avg.at(*keep_index(v, dims))) ** 2))
+    accumulate_over(em, dev, x.shape, lambda v: keep_index(v, dims),
+                    lambda v: (x.at(*v) - avg.at(*keep_index(v, dims))) ** 2)
     finish(em, out, dev, dims, x.rank, lambda s: root(s / (n - correction)))
 
 
