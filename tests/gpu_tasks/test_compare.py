@@ -219,3 +219,10 @@ def test_infinities_where_pytorch_in_the_dtype_overflows_too():
     assert judge(outputs(expected), outputs(program), {"C": "f16"}, own=outputs(own)).status == "close"
     program[0][0, 1] = np.inf
     assert judge(outputs(expected), outputs(program), {"C": "f16"}, own=outputs(own)).status == "mismatch"
+
+
+def test_a_finite_result_where_pytorch_in_the_dtype_overflows_is_fine():
+    """PyTorch's float16 loss overflows its half-precision sum; the program accumulates in float32."""
+    own = [a.copy() for a in DRAWS]
+    own[1][2, 2] = -np.inf
+    assert judge(outputs(DRAWS), outputs([a.copy() for a in DRAWS]), {"C": "f16"}, own=outputs(own)).status == "exact"

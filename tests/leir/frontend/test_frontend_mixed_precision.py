@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from leir.ast import Access, Nest, accesses
 from leir.analysis import statement_sites
+from leir.ast import Access, Nest, accesses
 from leir.frontend import translate
 from leir.frontend.emit import CASCADE_TERMS
 from leir.frontend.ops.pointwise import bound
