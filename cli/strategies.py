@@ -287,8 +287,8 @@ def survey_(programs: Annotated[int, typer.Option("--programs", help="Catalogue 
             workers: Annotated[int, typer.Option(help="Verification worker processes.")] = 2,
             timeout_s: Annotated[float, typer.Option(help="Time limit per verification.")] = 60.0,
             seed: Annotated[int, typer.Option(help="Seed of the program sample and application choice.")] = 0,
-            dtype: Annotated[str, typer.Option(help="dtype of the sampled programs (float32, float16, float64), "
-                                                    "where the workload offers it.")] = "float32",
+            dtype: Annotated[str, typer.Option(help="dtype of the sampled programs (float32, float16, bfloat16, "
+                                                    "float64), where the workload offers it.")] = "float32",
             shapes: Annotated[str, typer.Option(help="Shape profile of the instances: default (realistic, "
                                                      "the default budget), release or tiny.")] = "default",
             check_originals: Annotated[bool, typer.Option(help="Leave out originals that do not verify against "
