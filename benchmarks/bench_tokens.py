@@ -23,6 +23,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,8 +38,9 @@ from flows.token_stats import (  # noqa: E402
 )
 
 
-def catalogue_states(seed: int, families: set[str] | None) -> tuple[list[State], list[str]]:
-    """One state per catalogue workload that translates (float32, default shapes), and the skipped."""
+def catalogue_states(seed: int, families: set[str] | None, dtypes=("float32",)) -> tuple[list[State], list[str]]:
+    """One state per catalogue workload and dtype that translates (default shapes; float32 unless
+    `--dtype` says otherwise), and the skipped."""
     from leir.canon import program_id
     from leir.frontend import translate
     from workloads.registry import all_workloads
@@ -48,14 +50,17 @@ def catalogue_states(seed: int, families: set[str] | None) -> tuple[list[State],
     for w in all_workloads():
         if families and w.family not in families:
             continue
-        try:
-            module, inputs = build(w, sample_instance(w, seed, 0))
-            tr = translate(module, inputs, dtype="float32")
-        except Exception as e:  # noqa: BLE001 - TranslationError, or a workload that cannot build
-            skipped.append(f"{w.name}: {type(e).__name__}: {str(e).strip().splitlines()[-1][:120] if str(e) else ''}")
-            continue
-        pid = program_id(tr.program, tr.signature)
-        states.setdefault(pid, State(pid, w.family, "program", w.name, tr.text, tr.signature.dumps()))
+        for dtype in dtypes:
+            try:
+                module, inputs = build(w, replace(sample_instance(w, seed, 0), dtype=dtype))
+                tr = translate(module, inputs, dtype=dtype)
+            except Exception as e:  # noqa: BLE001 - TranslationError, or a workload that cannot build
+                why = str(e).strip().splitlines()[-1][:120] if str(e) else ""
+                skipped.append(f"{w.name} ({dtype}): {type(e).__name__}: {why}")
+                continue
+            pid = program_id(tr.program, tr.signature)
+            states.setdefault(pid, State(pid, w.family, "program", w.name, tr.text, tr.signature.dumps(),
+                                         dtype=dtype))
     return [states[k] for k in sorted(states)], skipped
 
 
@@ -135,6 +140,7 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--families", default="")
+    ap.add_argument("--dtype", action="append", help="catalogue programs in this dtype (repeatable; float32)")
     ap.add_argument("--save", type=Path)
     ap.add_argument("--load", type=Path)
     ap.add_argument("--report-dir", type=Path)
@@ -145,7 +151,8 @@ def main(argv=None) -> int:
         skipped = []
     else:
         t0 = time.perf_counter()
-        states, skipped = published_states() if args.published else catalogue_states(args.seed, families or None)
+        states, skipped = published_states() if args.published else \
+            catalogue_states(args.seed, families or None, tuple(args.dtype or ["float32"]))
         t1 = time.perf_counter()
         rows = token_rows(states, workers=args.workers)
         t2 = time.perf_counter()
@@ -168,7 +175,9 @@ def print_figures(summary: dict) -> None:
     print(f"\nstates counted: {overall['states']} (lowering errors: {summary['errors']})")
     print(f"{'family':24} {'n':>4} {'LEIR/TensorIR':>13} {'red.%':>6} {'LEIR/TIR':>9} {'red.%':>6} {'LEIR/TIRgpu':>11} "
           f"{'LEIR/CUDA':>10} {'red.%':>6} {'LEIR/CUDAk':>10}")
-    for name, s in [("OVERALL", overall), *summary["families"].items()]:
+    dtypes = summary.get("dtypes", {})
+    by_dtype = [(f"dtype {d}", s) for d, s in dtypes.items()] if len(dtypes) > 1 else []
+    for name, s in [("OVERALL", overall), *by_dtype, *summary["families"].items()]:
         r = s["ratios"]
         print(f"{name:24} {s['states']:>4} {_med(r['leir_tensorir']):>13} {_red(r['leir_tensorir']):>6} "
               f"{_med(r['leir_tir']):>9} {_red(r['leir_tir']):>6} {_med(r['leir_tir_gpu']):>11} "

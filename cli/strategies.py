@@ -230,19 +230,23 @@ def sample_catalogue(n: int, seed: int = 0, dtype: str = "float32", shapes: str 
     return [p for p, _ in catalogue_originals(n, seed, dtype, shapes)]
 
 
-def verified_originals(found: list, workers: int, timeout_s: float, seed: int = 0) -> tuple[list, list[dict]]:
+def verified_originals(found: list, workers: int, timeout_s: float, seed: int = 0,
+                       own_factor: float | None = None) -> tuple[list, list[dict]]:
     """The originals of `found` that verify against PyTorch (as the generate stage requires before
     any strategy sees a program) and whose own outputs are evidence in their dtype (not identical on
     every draw: a float16 program that saturates to a constant cannot tell a right step from a wrong
     one); the others as {"program", "status", "error"}: a strategy is not to blame for them."""
     from dataclasses import replace
 
+    from flows.config import load_params
+    from flows.generate import own_error_factor
     from gpu_tasks.pool import WorkerPool
     from gpu_tasks.verify import pair_request, verify_against_references, verify_pairs
 
+    own_factor = own_error_factor(load_params()) if own_factor is None else own_factor
     with WorkerPool(workers=workers, timeout_s=timeout_s) as pool:
-        results = verify_against_references([(tr.program, tr.signature, tr.reference) for _, tr in found], pool,
-                                            seed=seed)
+        results = verify_against_references([(tr.program, tr.signature, tr.reference, tr.reference_in_dtype)
+                                             for _, tr in found], pool, seed=seed, own_factor=own_factor)
         passing = [(p, tr) for (p, tr), v in zip(found, results, strict=True) if v.status in ("exact", "close")]
         own = dict(zip([p.name for p, _ in passing],
                        verify_pairs([pair_request(tr.program, tr.program, tr.signature, seed=seed)
@@ -283,8 +287,8 @@ def survey_(programs: Annotated[int, typer.Option("--programs", help="Catalogue 
             workers: Annotated[int, typer.Option(help="Verification worker processes.")] = 2,
             timeout_s: Annotated[float, typer.Option(help="Time limit per verification.")] = 60.0,
             seed: Annotated[int, typer.Option(help="Seed of the program sample and application choice.")] = 0,
-            dtype: Annotated[str, typer.Option(help="dtype of the sampled programs (float32, float16, float64), "
-                                                    "where the workload offers it.")] = "float32",
+            dtype: Annotated[str, typer.Option(help="dtype of the sampled programs (float32, float16, bfloat16, "
+                                                    "float64), where the workload offers it.")] = "float32",
             shapes: Annotated[str, typer.Option(help="Shape profile of the instances: default (realistic, "
                                                      "the default budget), release or tiny.")] = "default",
             check_originals: Annotated[bool, typer.Option(help="Leave out originals that do not verify against "

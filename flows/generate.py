@@ -73,6 +73,25 @@ def instances_of(workload, params, pinned: str | None = None) -> list:
     return [sample_instance(workload, seed, k, prof["workload_profile"]) for k in range(count)]
 
 
+def program_dtypes(prof: dict, workload, pinned: str | None = None) -> list[str]:
+    """The dtypes an instance is built in: the profile's `dtypes`, then its `extra_dtypes` that list the
+    workload (sampled instances only; pinned ones are the search's float32 programs), where the
+    workload offers them."""
+    dtypes = list(prof["dtypes"])
+    if pinned is None:
+        dtypes += [d for d, names in (prof.get("extra_dtypes") or {}).items()
+                   if workload.name in names and d not in dtypes]
+    return [d for d in dtypes if d in workload.dtypes]
+
+
+def own_error_factor(params) -> float:
+    """params.yaml `verify.pytorch_error_factor`: how many times PyTorch's own error in a program's dtype
+    an original may have against the float64 reference (gpu_tasks.compare.raised_bounds)."""
+    from gpu_tasks.verify import OWN_ERROR_FACTOR
+
+    return float(params.verify.get("pytorch_error_factor", OWN_ERROR_FACTOR))
+
+
 def generate_shard(shard: Shard, params, pool=None) -> list[dict]:
     from gpu_tasks.verify import verify_against_reference
     from leir.canon import program_id
@@ -85,7 +104,7 @@ def generate_shard(shard: Shard, params, pool=None) -> list[dict]:
     for name, pinned in shard.items:
         w = _workload(name)
         for base in instances_of(w, params, pinned):
-            for dtype in [d for d in prof["dtypes"] if d in w.dtypes]:
+            for dtype in program_dtypes(prof, w, pinned):
                 inst = replace(base, dtype=dtype)
                 module, inputs = build(w, inst)
                 try:
@@ -94,7 +113,8 @@ def generate_shard(shard: Shard, params, pool=None) -> list[dict]:
                     continue  # counted by the report as catalogue instances without a program
                 v = verify_against_reference(tr.program, tr.signature, tr.reference, params.verify["target"],
                                              int(params.verify["draws"]), seed,
-                                             tolerances=params.verify["tolerance"], pool=pool)
+                                             tolerances=params.verify["tolerance"], pool=pool,
+                                             own_fn=tr.reference_in_dtype, own_factor=own_error_factor(params))
                 pid = program_id(tr.program, tr.signature)
                 err = v.to_json()["max_abs_err"]
                 rows.setdefault(pid, {

@@ -67,7 +67,9 @@ TABLES: dict[str, TableSpec] = {t.name: t for t in (
         ("kind", S), ("workload", S), ("strategy", S), ("cuda_kernel_tokens", I64), ("n_nests", I64),
         ("n_loops", I64), ("n_stmts", I64), ("n_accesses", I64), ("error", S),
         # issue 13: the TensorIR (block) form for the CPU, the baseline of the published reduction
-        ("tensorir_tokens", I64))),
+        ("tensorir_tokens", I64),
+        # issue 26: the program's dtype (the report compares mixed-precision programs apart)
+        ("dtype", S))),
     # issue 8: the steps of the best search trajectories (multi-step records: parent_step_id, depth),
     # kept apart from `steps`, which the transform stage owns and rewrites as a whole
     TableSpec("trajectory_steps", ("step_id",), _schema(

@@ -39,7 +39,7 @@ CODE_PACKAGES = tuple(dict.fromkeys(p for pkgs in STAGE_CODE.values() for p in p
 # are selected, other stages' knobs) must not change its keys: a family added to the selection leaves
 # the keys of the families already built as they were (incremental builds).
 STAGE_PROFILE_KEYS = {
-    "generate": ("workload_profile", "instances_per_workload", "dtypes"),
+    "generate": ("workload_profile", "instances_per_workload", "dtypes", "extra_dtypes"),
     "transform": ("max_variants_per_site", "max_steps_per_program_strategy", "inline_depth", "inline_branches",
                   "leir_extensions"),
     "verify": (),

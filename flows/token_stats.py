@@ -181,6 +181,7 @@ class State:
     leir: str
     signature: str
     strategy: str | None = None  # for a step's state: the strategy of the first step (by id) reaching it
+    dtype: str | None = None     # the program's dtype (mixed-precision programs are reported apart)
 
 
 def program_states(programs: list[dict], steps: list[dict]) -> list[State]:
@@ -190,14 +191,14 @@ def program_states(programs: list[dict], steps: list[dict]) -> list[State]:
     deeper steps from their parent's after-state."""
     by_id = {p["program_id"]: p for p in programs}
     states = {p["program_id"]: State(p["program_id"], p["family"], "program", p["workload"], p["leir"],
-                                     p["signature"]) for p in programs}
+                                     p["signature"], dtype=p.get("dtype")) for p in programs}
     for s in sorted(steps, key=lambda s: s["step_id"]):
         pid = s["after_program_id"]
         root = by_id.get(s["program_id"])
         if pid in states or root is None:
             continue
         states[pid] = State(pid, root["family"], "step", root["workload"], s["after_leir"], root["signature"],
-                            s["strategy"])
+                            s["strategy"], root.get("dtype"))
     return [states[k] for k in sorted(states)]
 
 
@@ -205,7 +206,8 @@ def token_rows(states: list[State], workers: int = 1, on_done=None) -> list[dict
     """Rows of the `tokens` table for `states`, sorted by program_id."""
     counts = count_many(((s.leir, s.signature) for s in states), workers, on_done)
     rows = [{"program_id": s.program_id, "family": s.family, "kind": s.kind, "workload": s.workload,
-             "strategy": s.strategy, **c, "tokenizer": TOKENIZER} for s, c in zip(states, counts, strict=True)]
+             "strategy": s.strategy, "dtype": s.dtype, **c, "tokenizer": TOKENIZER}
+            for s, c in zip(states, counts, strict=True)]
     return sorted(rows, key=lambda r: r["program_id"])
 
 
@@ -227,6 +229,9 @@ def summarise(rows: list[dict], samples: list[dict]) -> dict:
                         "meets": _at_least(overall["ratios"][name]["reduction_percent"], goal)}
                  for name, goal in PUBLISHED_REDUCTION.items()},
         "families": {f: _group_stats([r for r in rows if r["family"] == f]) for f in families},
+        # float16/bfloat16 programs carry float32 accumulators and rounding copies (issue 26): apart
+        "dtypes": {d: _group_stats([r for r in rows if r.get("dtype") == d])
+                   for d in sorted({r["dtype"] for r in rows if r.get("dtype")})},
         "contexts": context_fit(samples),
         "errors": sum(1 for r in rows if r.get("error")),
         "size_trend": size_trend(rows),
@@ -455,9 +460,10 @@ def markdown(summary: dict) -> str:
               "| --- | --- | --- | --- | --- |"]
     lines += [f"| {b['leir_tokens']} | {b['states']} | {b['leir_tensorir_median']} | {b['leir_tir_median']} | "
               f"{b['leir_cuda_median']} |" for b in summary["size_trend"]["buckets"]]
-    lines += ["", "## Per family", "", "| family | states | LEIR/TensorIR | reduction | LEIR/TIR (plain) | reduction "
-              "| LEIR/CUDA | reduction |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for fam, s in summary["families"].items():
+    lines += ["", "## Per dtype and per family", "", "| dtype or family | states | LEIR/TensorIR | reduction | "
+              "LEIR/TIR (plain) | reduction | LEIR/CUDA | reduction |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for fam, s in [*((f"dtype {d}", s) for d, s in summary.get("dtypes", {}).items()), *summary["families"].items()]:
         cells = [f"{s['ratios'][k]['median']} | {s['ratios'][k]['reduction_percent']}%"
                  for k in ("leir_tensorir", "leir_tir", "leir_cuda")]
         lines.append(f"| {fam} | {s['states']} | " + " | ".join(cells) + " |")

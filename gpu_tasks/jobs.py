@@ -57,6 +57,8 @@ class ReferenceRequest:
     tolerances: Mapping | None = None
     limits: Limits = DEFAULT_LIMITS
     form: str = "plain"
+    own: list[dict[str, np.ndarray]] | None = None  # PyTorch in the program's dtype (compare.judge)
+    own_factor: float = 2.0
 
 
 class VerificationFailed(Exception):
@@ -138,7 +140,8 @@ def verify_reference_job(request: ReferenceRequest) -> Verification:
                            request.form)
     except VerificationFailed as failed:
         return failed.verification
-    return judge(request.expected, actual, output_codes(signature), tolerance_table(request.tolerances))
+    return judge(request.expected, actual, output_codes(signature), tolerance_table(request.tolerances),
+                 request.own, request.own_factor)
 
 
 def cache_stats_job() -> dict:

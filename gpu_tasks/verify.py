@@ -30,6 +30,10 @@ from leir.parse import parse_program
 from leir.printer import format_program
 from leir.signature import Signature
 
+# An original may miss the float64 reference by this many times what PyTorch itself misses it by in the
+# program's dtype on the same draw (params.yaml verify.pytorch_error_factor; compare.raised_bounds).
+OWN_ERROR_FACTOR = 2.0
+
 ProgramLike = str | Program
 SignatureLike = Signature | Mapping | str
 ReferenceFn = Callable[[dict[str, np.ndarray]], object]
@@ -72,19 +76,25 @@ def iter_verify_pairs(requests: Iterable[PairRequest], pool: WorkerPool | None =
 def verify_against_reference(program: ProgramLike, signature: SignatureLike, reference_fn: ReferenceFn,
                              target: str = "llvm", draws: int = 3, seed: int = 0, *, arch: str = "sm_90",
                              tolerances: Mapping | None = None, limits: Limits = DEFAULT_LIMITS,
-                             pool: WorkerPool | None = None, form: str = "plain") -> Verification:
+                             pool: WorkerPool | None = None, form: str = "plain",
+                             own_fn: ReferenceFn | None = None, own_factor: float = OWN_ERROR_FACTOR
+                             ) -> Verification:
     """`program` compared with `reference_fn(inputs)`, which gets the same draws with floats widened to
     float64 and returns the output (a dict by name, or a sequence in signature order, when the
-    signature has several). The reference runs here, in the caller; the program in `pool` if given."""
+    signature has several). The reference runs here, in the caller; the program in `pool` if given.
+    `own_fn`: the same computation by PyTorch in the program's dtype (an original's
+    `Translation.reference_in_dtype`); each draw's bounds are then raised to `own_factor` times its
+    error against the reference where that is larger (`compare.raised_bounds`)."""
     options = dict(target=target, draws=draws, seed=seed, arch=arch, tolerances=tolerances, limits=limits,
-                   form=form)
-    return verify_against_references([(program, signature, reference_fn)], pool, **options)[0]
+                   form=form, own_factor=own_factor)
+    return verify_against_references([(program, signature, reference_fn, own_fn)], pool, **options)[0]
 
 
-def verify_against_references(items: Iterable[tuple[ProgramLike, SignatureLike, ReferenceFn]],
-                              pool: WorkerPool | None = None, **options) -> list[Verification]:
-    """Many originals at once (`options` as for `verify_against_reference`): the references run here
-    one after the other, the programs in parallel in `pool`."""
+def verify_against_references(items: Iterable[tuple], pool: WorkerPool | None = None, **options
+                              ) -> list[Verification]:
+    """Many originals at once, each `(program, signature, reference_fn)` or `(..., own_fn)`
+    (`options` as for `verify_against_reference`): the references run here one after the other, the
+    programs in parallel in `pool`."""
     prepared = [reference_request(*item, **options) for item in items]
     requests = [r for r in prepared if isinstance(r, ReferenceRequest)]
     if pool is None:
@@ -95,10 +105,11 @@ def verify_against_references(items: Iterable[tuple[ProgramLike, SignatureLike, 
 
 
 def reference_request(program: ProgramLike, signature: SignatureLike, reference_fn: ReferenceFn,
-                      target: str = "llvm", draws: int = 3, seed: int = 0, *, arch: str = "sm_90",
-                      tolerances: Mapping | None = None, limits: Limits = DEFAULT_LIMITS, form: str = "plain"
-                      ) -> ReferenceRequest | Verification:
-    """The worker's request, with the reference outputs computed; or why there can be none."""
+                      own_fn: ReferenceFn | None = None, target: str = "llvm", draws: int = 3, seed: int = 0,
+                      *, arch: str = "sm_90", tolerances: Mapping | None = None, limits: Limits = DEFAULT_LIMITS,
+                      form: str = "plain", own_factor: float = OWN_ERROR_FACTOR) -> ReferenceRequest | Verification:
+    """The worker's request, with the reference outputs (and PyTorch's own in the program's dtype,
+    given `own_fn`) computed; or why there can be none."""
     try:
         sig = signature if isinstance(signature, Signature) else Signature.from_json(signature_text(signature))
         parsed = program if isinstance(program, Program) else parse_program(program)
@@ -109,8 +120,12 @@ def reference_request(program: ProgramLike, signature: SignatureLike, reference_
         expected = [reference_outputs(reference_fn, sig, draw) for draw in inputs]
     except Exception as e:
         return failure("runtime_error", f"reference: {describe_error(e)}")
+    try:
+        own = None if own_fn is None else [reference_outputs(own_fn, sig, draw) for draw in inputs]
+    except Exception:  # PyTorch has no kernel in that dtype (avg_pool3d in float16): the plain bounds
+        own = None
     return ReferenceRequest(format_program(parsed), sig.dumps(), inputs, expected, target, arch, tolerances,
-                            limits, form)
+                            limits, form, own, own_factor)
 
 
 def reference_outputs(reference_fn: ReferenceFn, signature: Signature, inputs: dict[str, np.ndarray]

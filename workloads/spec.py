@@ -12,7 +12,7 @@ import torch.nn as nn
 
 from workloads.shapes import PROFILES, role_values
 
-DEFAULT_DTYPES = ("float32", "float16", "float64")
+DEFAULT_DTYPES = ("float32", "float16", "float64", "bfloat16")
 
 
 @dataclass(frozen=True)

@@ -2,13 +2,20 @@
 
 Every nest follows LEIR.md §5: `B^{n0}_{tx=0}` over the first extent, then `L` loops named from the
 index sequence (`a c d f ...`); a nest without extents is `B^{1}_{tx=0}`.
+
+Mixed precision (LEIR.md §4.5): in a float16 or bfloat16 program, an operator whose PyTorch CPU kernel
+accumulates or computes in float32 (`ops` register it with `float32_kernel=True`) runs while the
+emitter `widens`: its result and every half-precision temporary it makes are float32 intermediates in
+local scope (`E^{f32,l}`), and the translator then rounds the result once into the operator's
+half-precision tensor (`D^{f16,g}=E^{f32,l}`), as the kernel does.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
-from leir.ast import Access, Loop, Nest, Num, Program, Stmt, Var
+from leir.ast import Access, Loop, Nest, Num, Program, Stmt, Var, walk_expr
 from leir.frontend.expr import X, ex
 from leir.names import TensorNames, index_names
 
@@ -22,6 +29,7 @@ class Ref:
     code: str
     shape: tuple[int, ...]
     lead: tuple[int, ...] = ()
+    scope: str = "g"
 
     @property
     def rank(self) -> int:
@@ -29,11 +37,11 @@ class Ref:
 
     def at(self, *indices) -> X:
         ix = tuple(Num(i) for i in self.lead) + tuple(ex(i) for i in indices)
-        return X(Access(self.name, self.code, "g", ix))
+        return X(Access(self.name, self.code, self.scope, ix))
 
     def slot(self, k: int) -> Ref:
         """Element `k` of a stacked tuple tensor."""
-        return Ref(self.name, self.code, self.shape[1:], self.lead + (k,))
+        return Ref(self.name, self.code, self.shape[1:], self.lead + (k,), self.scope)
 
     def numel(self) -> int:
         n = 1
@@ -71,15 +79,40 @@ def operand(value, out_vars, out_shape):
     raise TypeError(f"expected a tensor or a number, got {type(value).__name__}")
 
 
+HALF_CODES = ("f16", "bf16")
+ACCUMULATOR_CODE = "f32"
+
+
 class Emitter:
     """Collects nests in program order and hands out fresh temporaries past the names in use."""
 
     def __init__(self, used_names: Sequence[str]):
         self.nests: list[Nest] = []
         self._temps = TensorNames(used_names)
+        self._widening = False
 
-    def temp(self, shape: Sequence[int], code: str) -> Ref:
-        return Ref(self._temps.fresh(), code, tuple(shape))
+    def temp(self, shape: Sequence[int], code: str, scope: str = "g") -> Ref:
+        """A fresh temporary; a half-precision (or float32) one is a float32 local while the emitter
+        `widens`."""
+        if self._widening and code in (*HALF_CODES, ACCUMULATOR_CODE):
+            return Ref(self._temps.fresh(), ACCUMULATOR_CODE, tuple(shape), scope="l")
+        return Ref(self._temps.fresh(), code, tuple(shape), scope=scope)
+
+    @contextmanager
+    def widens(self, out: Ref):
+        """Emit an operator that computes in float32 (module docstring): yields what it should write
+        instead of `out` (`out` itself when `out` is not half precision) and, on leaving, rounds that
+        once into `out`."""
+        if out.code not in HALF_CODES:
+            yield out
+            return
+        wide = Ref(self._temps.fresh(), ACCUMULATOR_CODE, out.shape, scope="l")
+        self._widening, before = True, self._widening
+        try:
+            yield wide
+        finally:
+            self._widening = before
+        copy_nest(self, out, lambda *v: wide.at(*v))
 
     def nest(self, extents: Sequence[int], body: Callable[..., Stmt | Sequence[Stmt]]) -> None:
         """One nest over `extents` (B first, then L); `body(*vars)` returns its statements."""
@@ -124,6 +157,38 @@ def accumulate(ref: Ref, indices: Sequence, term, op: str = "+") -> Stmt:
     else:
         raise ValueError(f"unknown accumulation {op!r}")
     return Stmt(acc.node, rhs.node)
+
+
+# A sequential sum of more terms than this loses digits where the partial sum outgrows its terms
+# (float32: 5e-4 of a 2^19-term sum of squares on the wide-range draw; PyTorch sums in a cascade and
+# stays within 1e-6). Such a sum over two or more dimensions goes in two stages (`accumulate_over`).
+CASCADE_TERMS = 2 ** 14
+
+
+def accumulate_over(em: Emitter, acc: Ref, shape: Sequence[int], index: Callable, term: Callable,
+                    op: str = "+") -> None:
+    """`acc[index(v)] op= term(v)` over `shape` (`accumulate`, implicit initialisation). A sum (`+`,
+    `-`) of more than CASCADE_TERMS terms per element whose innermost dimension is reduced runs in two
+    stages, as PyTorch's cascade does in spirit: partial sums over the innermost dimension into a
+    temporary of the others, then the sum of those partials."""
+    loops, _ = nest_loops(shape)
+    innermost = loops[-1].var
+    per_element = _numel(shape) // max(1, _numel(acc.shape))
+    reads_innermost = any(isinstance(n, Var) and n.name == innermost
+                          for i in index(nest_loops(shape)[1]) for n in walk_expr(ex(i)))
+    if op not in ("+", "-") or len(shape) < 2 or per_element <= CASCADE_TERMS or reads_innermost:
+        em.nest(shape, lambda *v: accumulate(acc, index(v), term(v), op))
+        return
+    partial = em.temp(shape[:-1], acc.code, acc.scope)
+    em.nest(shape, lambda *v: accumulate(partial, v[:-1], term(v)))
+    em.nest(shape[:-1], lambda *v: accumulate(acc, index((*v, X(0))), partial.at(*v), op))
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
 
 
 def copy_nest(em: Emitter, out: Ref, read: Callable[..., X]) -> None:

@@ -15,6 +15,9 @@ from collections.abc import Callable
 from leir.errors import LeirError
 
 OPS: dict[str, Callable] = {}
+# Operators whose PyTorch CPU kernel accumulates or computes in float32 for float16 and bfloat16 inputs
+# and rounds its result once (README, "Mixed precision"): the translator emits them in float32.
+FLOAT32_KERNELS: set[str] = set()
 
 
 class TranslationError(LeirError):
@@ -42,15 +45,22 @@ class UnsupportedForm(TranslationError):
     the driver adds the operator name and source location)."""
 
 
-def op(*names: str):
-    """Register a handler under one or more PyTorch operator names."""
+def op(*names: str, float32_kernel: bool = False):
+    """Register a handler under one or more PyTorch operator names; `float32_kernel`: PyTorch computes
+    it in float32 for half-precision inputs (FLOAT32_KERNELS)."""
     def register(fn):
         for name in names:
             if name in OPS:
                 raise ValueError(f"operator {name!r} registered twice")
             OPS[name] = fn
+            if float32_kernel:
+                FLOAT32_KERNELS.add(name)
         return fn
     return register
+
+
+def computes_in_float32(name: str) -> bool:
+    return name in FLOAT32_KERNELS
 
 
 def supported_operators() -> list[str]:

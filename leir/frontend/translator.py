@@ -22,7 +22,7 @@ import torch
 import torch.fx as fx
 
 from leir.ast import Program
-from leir.dtypes import code_of
+from leir.dtypes import code_of, torch_name
 from leir.frontend.emit import Emitter, Ref, copy_nest
 from leir.frontend.graph import INPLACE_OPERATORS, OpCall, normalise
 from leir.frontend.naming import NamePlan, fetch_attr, is_tensor_tuple, plan_names
@@ -31,6 +31,7 @@ from leir.frontend.registry import (
     TranslationError,
     UnsupportedForm,
     UnsupportedOperator,
+    computes_in_float32,
     handler_for,
     supported_operators,
 )
@@ -47,6 +48,9 @@ class Translation:
     signature: Signature
     reference: Callable[[dict[str, np.ndarray]], np.ndarray]
     example_inputs: dict[str, np.ndarray]
+    # PyTorch eager in the program's own floating dtype (None for float64 programs): its distance from
+    # `reference` is what that dtype achieves on the inputs (gpu_tasks.verify, the originals' rule)
+    reference_in_dtype: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None
 
     @property
     def text(self) -> str:
@@ -68,11 +72,13 @@ def translate(module: torch.nn.Module, inputs: Sequence, dtype: str | None = Non
     program = _emit(gm, values, calls, plan)
     signature = _signature(plan)
     reference = make_reference(module64, gm, plan, inputs64)
+    own = getattr(torch, torch_name(float_code))
+    in_dtype = None if own == torch.float64 else make_reference(module64, gm, plan, inputs64, own)
     tensors = [x for x in inputs64 if torch.is_tensor(x)]
     # on the meta device (a model at its own, possibly huge, sizes) there are shapes but no values
     examples = {} if any(x.is_meta for x in tensors) else \
         {r.name: _numpy(x) for r, x in zip(plan.inputs, tensors, strict=True)}
-    return Translation(program, signature, reference, examples)
+    return Translation(program, signature, reference, examples, in_dtype)
 
 
 def _mutates(node: fx.Node) -> bool:
@@ -176,7 +182,11 @@ def _emit_call(em: Emitter, node: fx.Node, call: OpCall, env, plan: NamePlan) ->
     if kwargs.pop("out", None) is not None:
         raise UnsupportedOperator(call.pytorch, call.where, "an out= argument")
     try:
-        handler_for(call.name)(em, out, *args, **kwargs)
+        if computes_in_float32(call.name) and isinstance(out, Ref):
+            with em.widens(out) as target:
+                handler_for(call.name)(em, target, *args, **kwargs)
+        else:
+            handler_for(call.name)(em, out, *args, **kwargs)
     except UnsupportedForm as e:
         raise UnsupportedOperator(call.pytorch, call.where, str(e)) from None
     except (TypeError, ValueError, IndexError, KeyError) as e:

@@ -12,7 +12,7 @@ import keyword
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from leir.lower.expr import ExprLowering, cast, identity_value, tvm_dtype
+from leir.lower.expr import ExprLowering, identity_value, storage_dtype, stored, tvm_dtype
 from leir.lower.planner import Plan, PLoop, PStore
 from leir.signature import Signature
 
@@ -36,7 +36,7 @@ def emit_primfunc(plan: Plan, signature: Signature):
 
 def _alloc(plan: Plan, name: str):
     info = plan.tensors[name]
-    buf = T.alloc_buffer(info.shape, tvm_dtype(info.dtype), scope=plan.scopes[name])
+    buf = T.alloc_buffer(info.shape, storage_dtype(info.dtype), scope=plan.scopes[name])
     IRBuilder.name(name, buf)
     return buf
 
@@ -64,14 +64,13 @@ def loop_frame(loop: PLoop):
 
 def _emit_store(store: PStore, buffers: dict, env: dict) -> None:
     buf = buffers[store.lhs.tensor]
-    dtype = str(buf.dtype)
-    lower = ExprLowering(buffers, env, dtype, store.where)
+    lower = ExprLowering(buffers, env, tvm_dtype(store.lhs.dtype), store.where)
     if store.identity is not None:
-        value = identity_value(store.identity, dtype)
+        value = identity_value(store.identity, str(buf.dtype))
     else:
         value = lower.value(store.rhs)
     indices = [lower.index(i) for i in store.lhs.indices]
-    T.buffer_store(buf, cast(value, dtype), indices)
+    T.buffer_store(buf, stored(value, str(buf.dtype)), indices)
 
 
 def python_name(name: str) -> str:

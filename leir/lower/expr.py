@@ -1,9 +1,15 @@
 """Typed translation of LEIR expressions into TIR expressions (LEIR.md §3 notes, §4.5).
 
 Typing rules (deterministic, and equal to PyTorch's wherever a program has one dtype):
-- an access has its tensor's dtype; a literal takes the *literal dtype*, which is the statement's
-  left-hand dtype (LEIR.md §4.5); a bare index is the loop counter converted to that dtype;
-- mixed operands are promoted: float beats int, the wider float wins (float16 with bfloat16 gives
+- a statement computes in the dtype of its left-hand side (LEIR.md §4.5, mixed precision): an access
+  of another dtype is converted to it where it is read, so `E^{f32}=E^{f32}+A^{f16}*C^{f16}`
+  multiplies in float32 (exactly: the product of two float16 values fits), and the store rounds
+  once; a literal takes that dtype too, and a bare index is the loop counter converted to it;
+- a condition computes in the dtype of what it compares, not the statement's: `A^{f32}>=D^{f32}`
+  compares floats in an int64 statement (argmax), `A^{f16}<D^{f32}` compares in float32, and a bare
+  bool access tests itself;
+- where operands still differ (an integer statement's true division, a comparison of an int with a
+  float) they are promoted: float beats int, the wider float wins (float16 with bfloat16 gives
   float32), the wider int wins (signed and unsigned of one width give the next signed width), bool
   loses to everything;
 - `/` is true division (integers divide in the literal dtype when it is a float, else float32);
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 from tvm import tirx
 
 from leir.analysis import MAX_POWER_BY_MULTIPLICATION, integral_exponent
@@ -68,6 +75,14 @@ def tvm_dtype(code: str) -> str:
     return CODE_TO_TORCH[code]
 
 
+def storage_dtype(code: str) -> str:
+    """The dtype of an intermediate's buffer: its own, except that a bfloat16 intermediate is held in
+    float32, bfloat16 values exactly (TVM 0.27 does the same to every bfloat16 buffer it allocates, and
+    its legalizer would otherwise rewrite the buffer under our bit-level reads; see BF16_WORK)."""
+    dtype = tvm_dtype(code)
+    return BF16_WORK if dtype == "bfloat16" else dtype
+
+
 def dtype_of(expr) -> str:
     return str(expr.ty.dtype)
 
@@ -104,12 +119,55 @@ def cast(expr, dtype: str):
         return expr
     if dtype == "bool":  # PyTorch's conversion to bool: nonzero
         return tirx.NE(expr, tirx.const(0, dtype_of(expr)))
+    if dtype_of(expr) == "bfloat16":  # exact, through its bits (see BF16_WORK)
+        wide = tirx.shift_left(tirx.Cast("uint32", tirx.reinterpret("uint16", expr)), tirx.const(16, "uint32"))
+        return cast(tirx.reinterpret("float32", wide), dtype)
     return tirx.Cast(dtype, expr)
+
+
+# bfloat16 (LEIR.md §4.5: a statement computes in its dtype). TVM 0.27's BF16ComputeLegalize computes a
+# whole bfloat16 expression in float32 and rounds once, at its store: it folds away a
+# `Cast("bfloat16", x)` that feeds more bfloat16 arithmetic, keeps a bfloat16 literal's unrounded value,
+# and leaves a bfloat16 load inside a `Let` value unconverted (its raw bits read as a number). So a
+# bfloat16 statement is lowered in float32 (`BF16_WORK`) with every conversion to bfloat16 and every
+# operation rounded explicitly (`ExprLowering.settle`), bfloat16 values are read and stored through
+# their bits (`cast`, `stored`), and the program rounds where LEIR says, on the CPU as with CUDA's
+# native bfloat16.
+BF16_WORK = "float32"
+
+
+def round_to_bfloat16(x):
+    """A float32 value -> the nearest bfloat16 value (ties to even), as float32, in integer operations
+    that no pass folds away (TVM's own formula; the quiet NaNs arithmetic makes stay NaN, as there).
+    `x` is bound once (a Let), so that nested roundings do not copy it."""
+    def u32(v):
+        return tirx.const(v, "uint32")
+    v = tirx.Var("x", "float32")
+    bits = tirx.reinterpret("uint32", v)
+    odd = tirx.bitwise_and(tirx.shift_right(bits, u32(16)), u32(1))
+    rounded = tirx.reinterpret("float32", tirx.bitwise_and(bits + u32(0x7FFF) + odd, u32(0xFFFF0000)))
+    return tirx.Let(v, x, rounded)
+
+
+def stored(value, dtype: str):
+    """The value a statement stores into a `dtype` buffer. A bfloat16 statement's value is a float32
+    that bfloat16 holds exactly (every step was rounded): its upper half is the bfloat16, taken as
+    bits, since TVM's own conversion would copy the whole expression twice (round to nearest even)."""
+    if dtype != "bfloat16" or dtype_of(value) != BF16_WORK:
+        return cast(value, dtype)
+    bits = tirx.shift_right(tirx.reinterpret("uint32", value), tirx.const(16, "uint32"))
+    return tirx.reinterpret("bfloat16", tirx.Cast("uint16", bits))
+
+
+def bfloat16_value(value: float) -> float:
+    return float(ml_dtypes.bfloat16(float(value)))
 
 
 def literal(value: int | float, dtype: str):
     """A literal in `dtype`; one that dtype cannot hold (0.5 or inf in an int statement, 300 in
     uint8) stays float64 or int64 and is converted where it is stored."""
+    if dtype == "bfloat16":  # TVM keeps a bfloat16 literal's unrounded value (see BF16_WORK)
+        return tirx.const(bfloat16_value(value), dtype)
     if is_float(dtype):
         return tirx.const(float(value), dtype)
     if math.isinf(value) or value != int(value):
@@ -156,7 +214,7 @@ def _data_dtype(e, buffers) -> str | None:
     while stack:
         node = stack.pop()
         if isinstance(node, Access):
-            dt = dtype_of_buffer(buffers[node.tensor])
+            dt = tvm_dtype(node.dtype)  # the tensor's own dtype (a bfloat16 buffer may be float32)
             out = dt if out is None else promote(out, dt)
             continue
         stack.extend(_value_children(node))
@@ -175,9 +233,6 @@ def _value_children(node) -> tuple:
             return (t, o)
     return ()
 
-
-def dtype_of_buffer(buf) -> str:
-    return str(buf.dtype)
 
 
 class ExprLowering:
@@ -225,16 +280,18 @@ class ExprLowering:
     # --- values ------------------------------------------------------------------------------------
 
     def value(self, e, lit: str | None = None):
+        """`e` computed in `lit`, the statement's dtype (or, inside a condition, the dtype of what
+        it compares): literals, indices and accesses of other dtypes are converted to it."""
         lit = lit or self.lhs_dtype
         match e:
             case Num(value=v):
-                return literal(v, lit)
+                return self.literal(v, lit)
             case Var(name=n):
-                return cast(self.var(n), lit)
+                return self.convert(self.var(n), lit)
             case Access():
-                return self.load(e)
+                return self.convert(self.load(e), lit, tvm_dtype(e.dtype))
             case Neg(operand=Num(value=v)):
-                return literal(-v, lit)
+                return self.literal(-v, lit)
             case Neg(operand=a):
                 x = self.value(a, lit)
                 x = cast(x, "int32") if dtype_of(x) == "bool" else x
@@ -242,12 +299,31 @@ class ExprLowering:
             case BinOp(op=op, lhs=a, rhs=b):
                 return self.binop(op, a, b, lit)
             case Call(fn=fn, args=args):
-                return self.call(fn, [self.value(a, lit) for a in args])
+                out = self.call(fn, [self.value(a, lit) for a in args])
+                return out if fn in ("abs", "max", "min") else self.settle(out, lit)
             case Select(cond=c, then=t, otherwise=o):
                 a, b = self.value(t, lit), self.value(o, lit)
                 dt = promote(dtype_of(a), dtype_of(b))
                 return tirx.if_then_else(self.cond(c), cast(a, dt), cast(b, dt))
         self.fail(f"not a value expression: {e!r}")
+
+    def literal(self, value, lit: str):
+        if lit == "bfloat16":
+            return tirx.const(bfloat16_value(value), BF16_WORK)
+        return literal(value, lit)
+
+    def convert(self, x, lit: str, source: str | None = None):
+        """A value read (of dtype `source`, if not its own) in a statement that computes in `lit`
+        (bfloat16: in BF16_WORK, rounded unless it is a bfloat16 value already)."""
+        if lit != "bfloat16":
+            return cast(x, lit)
+        wide = cast(x, BF16_WORK)
+        return wide if (source or dtype_of(x)) == "bfloat16" else round_to_bfloat16(wide)
+
+    def settle(self, result, lit: str):
+        """The result of one operation of a statement that computes in `lit`: rounded to bfloat16
+        explicitly (BF16_WORK); any other dtype rounds by itself."""
+        return round_to_bfloat16(result) if lit == "bfloat16" and dtype_of(result) == BF16_WORK else result
 
     def binop(self, op: str, a, b, lit: str):
         if op == "**":
@@ -260,16 +336,16 @@ class ExprLowering:
             dt = "int32"  # arithmetic on booleans counts in integers
         x, y = cast(x, dt), cast(y, dt)
         if op == "+":
-            return x + y
+            return self.settle(x + y, lit)
         if op == "-":
-            return x - y
+            return self.settle(x - y, lit)
         if op == "*":
-            return x * y
+            return self.settle(x * y, lit)
         if op == "/":
-            return tirx.Div(x, y)
+            return self.settle(tirx.Div(x, y), lit)
         if not is_float(dt):
             return tirx.floordiv(x, y) if op == "//" else tirx.floormod(x, y)
-        return self.float_floor_op(op, x, y, dt)
+        return self.settle(self.float_floor_op(op, x, y, dt), lit)
 
     def float_floor_op(self, op: str, x, y, dt: str):
         """`//` is floor(x/y) and `%` is x - floor(x/y)*y (PyTorch's remainder) for floats."""
@@ -288,18 +364,18 @@ class ExprLowering:
                 return tirx.const(1, dtype_of(x))
             prod = x
             for _ in range(abs(n) - 1):
-                prod = prod * x
+                prod = self.settle(prod * x, lit)
             if n > 0:
                 return prod
             dt = dtype_of(x) if is_float(dtype_of(x)) else "float32"
-            return tirx.Div(tirx.const(1.0, dt), cast(prod, dt))
+            return self.settle(tirx.Div(tirx.const(1.0, dt), cast(prod, dt)), lit)
         x, y = self.value(base, lit), self.value(exponent, lit)
         if exponent == Num(0.5):
-            return self.call("sqrt", [x])
+            return self.settle(self.call("sqrt", [x]), lit)
         dt = promote(dtype_of(x), dtype_of(y))
         work = _math_dtype(dt)
         out = tirx.pow(cast(x, work), cast(y, work))
-        return cast(out, dt) if is_float(dt) else out
+        return self.settle(cast(out, dt), lit) if is_float(dt) else out
 
     def call(self, fn: str, args: list):
         if fn in _MATH:
@@ -334,7 +410,8 @@ class ExprLowering:
                 return _fold(tirx.And, [self.cond(t) for t in ts])
             case Or(terms=ts):
                 return _fold(tirx.Or, [self.cond(t) for t in ts])
-        return cast(self.value(c), "bool")  # a bool access, or any value tested for nonzero
+        # a bool access, or any value tested for nonzero in its own dtype
+        return cast(self.value(c, _data_dtype(c, self.buffers)), "bool")
 
     def compare(self, a, op: str, b):
         if _pure_index(a) and _pure_index(b):

@@ -19,7 +19,7 @@ from tvm.script.ir_builder import tirx as T
 
 from leir.lower.blocks import OPAQUE, REDUCTION, SCAN, SPATIAL, BlockPlan
 from leir.lower.emit import loop_frame, python_name
-from leir.lower.expr import ExprLowering, cast, identity_value, tvm_dtype
+from leir.lower.expr import ExprLowering, identity_value, storage_dtype, stored, tvm_dtype
 from leir.lower.planner import Plan, PLoop, PStore
 from leir.signature import Signature
 
@@ -37,7 +37,7 @@ def emit_tensorir(plan: Plan, blocks: BlockPlan, signature: Signature):
             with T.sblock("root"):
                 for name, info in plan.tensors.items():
                     if not info.known:
-                        buf = T.sblock_alloc_buffer(info.shape, tvm_dtype(info.dtype), scope=plan.scopes[name])
+                        buf = T.sblock_alloc_buffer(info.shape, storage_dtype(info.dtype), scope=plan.scopes[name])
                         IRBuilder.name(name, buf)
                         buffers[name] = buf
                 for item in plan.items:
@@ -67,11 +67,11 @@ def _emit_block(store: PStore, blocks: BlockPlan, buffers: dict, loops: dict[str
             env[name] = _AXES[kind](dom, var)
             IRBuilder.name("v_" + python_name(name), env[name])
         buf = buffers[store.lhs.tensor]
-        dtype = str(buf.dtype)
-        lower = ExprLowering(buffers, env, dtype, store.where)
+        dtype = str(buf.dtype)  # storage (a bfloat16 intermediate is held in float32; expr.storage_dtype)
+        lower = ExprLowering(buffers, env, tvm_dtype(store.lhs.dtype), store.where)
         indices = [lower.index(i) for i in store.lhs.indices]
         if spec.init is not None:
             with T.init():
                 T.buffer_store(buf, identity_value(spec.init, dtype), indices)
         value = identity_value(store.identity, dtype) if store.is_fill else lower.value(store.rhs)
-        T.buffer_store(buf, cast(value, dtype), indices)
+        T.buffer_store(buf, stored(value, dtype), indices)

@@ -173,3 +173,56 @@ def test_an_output_that_varies_in_almost_no_element_is_no_evidence():
     for k, d in enumerate(enough):
         d[1, :4] = k
     assert judge(outputs(enough), outputs([d.copy() for d in enough]), {"C": "f32"}).status == "exact"
+
+
+# --- originals against PyTorch: the bounds PyTorch's own error in the program's dtype sets ------------
+
+def _off(arrays, rel):
+    """`arrays` moved by a relative `rel` (an error of that size on every element)."""
+    return [a * (1 + rel) for a in arrays]
+
+
+def test_an_original_may_miss_the_reference_by_twice_what_pytorch_misses_it_by():
+    """float16 rel L2 tolerance 1e-2: PyTorch's own result off by 3e-2 on every draw (an ill-conditioned
+    input) lets a program off by up to 6e-2 through, not one off by 8e-2; the share stays measured
+    against the tolerance itself."""
+    own = outputs(_off(DRAWS, 3e-2))
+    close = judge(outputs(DRAWS), outputs(_off(DRAWS, 5e-2)), {"C": "f16"}, own=own)
+    assert close.status == "close" and close.tolerance_share > 1
+    far = judge(outputs(DRAWS), outputs(_off(DRAWS, 8e-2)), {"C": "f16"}, own=own)
+    assert far.status == "mismatch" and "PyTorch's own error" in far.error
+    without = judge(outputs(DRAWS), outputs(_off(DRAWS, 5e-2)), {"C": "f16"})
+    assert without.status == "mismatch"
+
+
+def test_where_pytorch_is_within_tolerance_the_bounds_stay_the_tolerance():
+    own = outputs(_off(DRAWS, 1e-4))
+    v = judge(outputs(DRAWS), outputs(_off(DRAWS, 2e-2)), {"C": "f16"}, own=own)
+    assert v.status == "mismatch" and "PyTorch" not in v.error
+
+
+def test_an_integer_output_stays_exact_whatever_pytorch_does():
+    ints = [np.arange(20).reshape(4, 5) for _ in range(3)]
+    own = outputs([i + 1 for i in ints])
+    assert judge(outputs(ints), outputs([i + 1 for i in ints]), {"C": "i64"}, own=own).status == "mismatch"
+
+
+def test_infinities_where_pytorch_in_the_dtype_overflows_too():
+    """A result beyond float16's range is inf in PyTorch's float16 run; the program may have the same
+    inf (same place, same sign), not another one."""
+    expected = [a * 1.0 for a in DRAWS]
+    expected[0][0, 0] = 1e6
+    own = [a.copy() for a in expected]
+    own[0][0, 0] = np.inf
+    program = [a.copy() for a in own]
+    assert judge(outputs(expected), outputs(program), {"C": "f16"}).status == "mismatch"
+    assert judge(outputs(expected), outputs(program), {"C": "f16"}, own=outputs(own)).status == "close"
+    program[0][0, 1] = np.inf
+    assert judge(outputs(expected), outputs(program), {"C": "f16"}, own=outputs(own)).status == "mismatch"
+
+
+def test_a_finite_result_where_pytorch_in_the_dtype_overflows_is_fine():
+    """PyTorch's float16 loss overflows its half-precision sum; the program accumulates in float32."""
+    own = [a.copy() for a in DRAWS]
+    own[1][2, 2] = -np.inf
+    assert judge(outputs(DRAWS), outputs([a.copy() for a in DRAWS]), {"C": "f16"}, own=outputs(own)).status == "exact"

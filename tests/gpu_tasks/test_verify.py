@@ -53,6 +53,19 @@ def test_a_failing_reference_is_a_runtime_error_of_the_reference():
     assert v.status == "runtime_error" and v.error.startswith("reference: RuntimeError")
 
 
+def test_pytorchs_own_dtype_run_raises_the_bounds_and_is_optional():
+    """An original against PyTorch (float64) with PyTorch's own run in its dtype: a reference that is
+    off lets the same error through only when PyTorch's own run is that far off too; an own run that
+    raises (no kernel in that dtype) leaves the plain bounds."""
+    ex = EXAMPLES[0]  # matmul
+    off = torch_reference("(A @ C) * 1.001")
+    assert verify_against_reference(ex["leir"], ex["signature"], off).status == "mismatch"
+    v = verify_against_reference(ex["leir"], ex["signature"], off, own_fn=torch_reference("A @ C"))
+    assert v.status == "close"
+    failing = torch_reference("A @ A")
+    assert verify_against_reference(ex["leir"], ex["signature"], off, own_fn=failing).status == "mismatch"
+
+
 def test_identity_is_exact():
     v = verify_pair(MATMUL, MATMUL, MATMUL_SIG)
     assert v.status == "exact" and v.bitwise_equal and v.draws == 3 and v.max_abs_err == 0.0

@@ -86,3 +86,33 @@ def test_problems_name_nest_and_statement():
 ])
 def test_valid_forms_are_accepted(text):
     assert codes(text) == []
+
+
+# --- mixed precision (LEIR.md §4.5) ------------------------------------------------------------------
+
+HALF_SIG = Signature.from_json({"tensors": [
+    {"name": "A", "shape": [4, 6], "dtype": "float16", "role": "input"},
+    {"name": "C", "shape": [6, 5], "dtype": "float16", "role": "input"},
+    {"name": "D", "shape": [4, 5], "dtype": "float16", "role": "output"}]})
+HALF_MATMUL = ("B^{4}_{tx=0}L^{5}_{a=0}L^{6}_{c=0}[E^{f32,l}_{tx,a}=E^{f32,l}_{tx,a}+A^{f16,g}_{tx,c}*C^{f16,g}_{c,a};];"
+               "B^{4}_{tx=0}L^{5}_{a=0}[D^{f16,g}_{tx,a}=E^{f32,l}_{tx,a};];")
+
+
+def test_a_float32_accumulator_over_float16_operands_is_valid_and_keeps_its_own_dtype():
+    from leir.printer import format_program
+    from leir.validate import intermediates_json
+
+    program = parse_program(HALF_MATMUL)
+    assert format_program(program) == HALF_MATMUL  # the printer keeps every access's own superscript
+    assert validate(program, HALF_SIG) == []
+    assert intermediates_json(program, HALF_SIG) == {"E": {"shape": [4, 5], "dtype": "float32", "scope": "l"}}
+
+
+@pytest.mark.parametrize("text", [
+    # one tensor, two dtypes: the accumulator read as float16 where it is written as float32
+    HALF_MATMUL.replace("D^{f16,g}_{tx,a}=E^{f32,l}_{tx,a}", "D^{f16,g}_{tx,a}=E^{f16,l}_{tx,a}"),
+    # a known tensor read in another dtype than the signature's (conversions belong to the statement)
+    HALF_MATMUL.replace("A^{f16,g}_{tx,c}", "A^{f32,g}_{tx,c}"),
+])
+def test_mixed_precision_still_gives_each_tensor_one_dtype(text):
+    assert "type-conflict" in codes(text, HALF_SIG)

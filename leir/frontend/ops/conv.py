@@ -76,7 +76,7 @@ def _conv(em, out, x, weight, bias, stride, padding, dilation, groups, n):
 
 
 def _register_conv(n):
-    @op(f"conv{n}d")
+    @op(f"conv{n}d", float32_kernel=True)
     def conv(em, out, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         _conv(em, out, x, weight, bias, stride, padding, dilation, groups, n)
     return conv
@@ -137,7 +137,7 @@ def _conv_transpose(em, out, x, weight, bias, stride, padding, output_padding, g
 
 
 def _register_conv_transpose(n):
-    @op(f"conv_transpose{n}d")
+    @op(f"conv_transpose{n}d", float32_kernel=True)
     def conv_transpose(em, out, x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
                        dilation=1):
         _conv_transpose(em, out, x, weight, bias, stride, padding, output_padding, groups, dilation, n)

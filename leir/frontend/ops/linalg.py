@@ -53,19 +53,19 @@ def add_bias(em: Emitter, out: Ref, bias, beta=1) -> None:
     em.nest(out.shape, body)
 
 
-@op("matmul", "mm", "bmm", "dot", "mv", "inner")
+@op("matmul", "mm", "bmm", "dot", "mv", "inner", float32_kernel=True)
 def matmul(em, out, a, b):
     matmul_into(em, out, a, b)
 
 
-@op("addmm", "baddbmm", "addmv", "addbmm")
+@op("addmm", "baddbmm", "addmv", "addbmm", float32_kernel=True)
 def addmm(em, out, bias, a, b, *, beta=1, alpha=1):
     matmul_into(em, out, a, b, alpha)
     if beta != 0:
         add_bias(em, out, bias, beta)
 
 
-@op("linear")
+@op("linear", float32_kernel=True)
 def linear(em, out, x, weight, bias=None):
     if weight.rank != 2:
         raise UnsupportedForm("a linear weight that is not 2-D")
@@ -78,7 +78,7 @@ def linear(em, out, x, weight, bias=None):
         em.nest(out.shape, lambda *v: accumulate(out, v, bias.at(v[-1])))
 
 
-@op("bilinear")
+@op("bilinear", float32_kernel=True)
 def bilinear(em, out, x1, x2, weight, bias=None):
     def body(*v):
         o, i, j = v[:-2], v[-2], v[-1]
@@ -88,7 +88,7 @@ def bilinear(em, out, x1, x2, weight, bias=None):
         em.nest(out.shape, lambda *v: accumulate(out, v, bias.at(v[-1])))
 
 
-@op("einsum")
+@op("einsum", float32_kernel=True)
 def einsum(em, out, equation, *operands):
     if len(operands) == 1 and isinstance(operands[0], list | tuple):
         operands = tuple(operands[0])
@@ -126,7 +126,7 @@ def _parse_einsum(equation: str, n_operands: int):
     return inputs, rhs
 
 
-@op("scaled_dot_product_attention")
+@op("scaled_dot_product_attention", float32_kernel=True)
 def scaled_dot_product_attention(em, out, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False,
                                  scale=None, enable_gqa=False):
     if dropout_p:

@@ -2,7 +2,7 @@
 in as a division by the literal count (golden `cross_entropy_mean`: `D=D-G_{tx,C_{tx}}/4`)."""
 from __future__ import annotations
 
-from leir.frontend.emit import Emitter, Ref, accumulate, broadcast_read, store
+from leir.frontend.emit import Emitter, Ref, accumulate, accumulate_over, broadcast_read, store
 from leir.frontend.expr import X, exp, fabs, log, select, sqrt, vmax
 from leir.frontend.ops.reduce import max_and_sumexp, softmax_dim, softmax_nest
 from leir.frontend.registry import UnsupportedForm, op
@@ -19,10 +19,10 @@ def reduce_loss(em: Emitter, out: Ref, shape, term, reduction: str, sign: str = 
     if reduction == "batchmean":
         n = shape[0] if shape else 1
 
-    def body(*v):
+    def each(v):
         t = term(*v)
-        return accumulate(out, [], t if reduction == "sum" else t / n, sign)
-    em.nest(shape, body)
+        return t if reduction == "sum" else t / n
+    accumulate_over(em, out, shape, lambda v: [], each, sign)
 
 
 def _numel(shape) -> int:
@@ -55,11 +55,11 @@ def _read(x, v, shape):
     return broadcast_read(x, v, shape) if isinstance(x, Ref) else X(x)
 
 
-op("mse_loss")(_pair(lambda a, b: (a - b) ** 2))
-op("l1_loss")(_pair(lambda a, b: fabs(a - b)))
+op("mse_loss", float32_kernel=True)(_pair(lambda a, b: (a - b) ** 2))
+op("l1_loss", float32_kernel=True)(_pair(lambda a, b: fabs(a - b)))
 
 
-@op("smooth_l1_loss")
+@op("smooth_l1_loss", float32_kernel=True)
 def smooth_l1_loss(em, out, a, b, size_average=None, reduce=None, reduction="mean", beta=1.0):
     def term(x, y):
         z = fabs(x - y)
@@ -67,7 +67,7 @@ def smooth_l1_loss(em, out, a, b, size_average=None, reduce=None, reduction="mea
     _pair(term)(em, out, a, b, reduction=reduction)
 
 
-@op("huber_loss")
+@op("huber_loss", float32_kernel=True)
 def huber_loss(em, out, a, b, reduction="mean", delta=1.0, weight=None):
     if weight is not None:
         raise UnsupportedForm("huber_loss with weight")
@@ -77,12 +77,12 @@ def huber_loss(em, out, a, b, reduction="mean", delta=1.0, weight=None):
     _pair(term)(em, out, a, b, reduction=reduction)
 
 
-@op("soft_margin_loss")
+@op("soft_margin_loss", float32_kernel=True)
 def soft_margin_loss(em, out, x, y, *_, reduction="mean", **__):
     _pair(lambda x, y: log(1 + exp(-y * x)))(em, out, x, y, reduction=reduction)
 
 
-@op("kl_div")
+@op("kl_div", float32_kernel=True)
 def kl_div(em, out, x, target, size_average=None, reduce=None, reduction="mean", log_target=False):
     if log_target:
         fn = lambda x, t: exp(t) * (t - x)  # noqa: E731
@@ -92,7 +92,7 @@ def kl_div(em, out, x, target, size_average=None, reduce=None, reduction="mean",
     _pair(fn)(em, out, x, target, reduction=reduction)
 
 
-@op("binary_cross_entropy")
+@op("binary_cross_entropy", float32_kernel=True)
 def binary_cross_entropy(em, out, x, y, weight=None, size_average=None, reduce=None, reduction="mean"):
     if weight is not None:
         raise UnsupportedForm("binary_cross_entropy with weight")
@@ -100,7 +100,7 @@ def binary_cross_entropy(em, out, x, y, weight=None, size_average=None, reduce=N
         em, out, x, y, reduction=reduction)
 
 
-@op("binary_cross_entropy_with_logits")
+@op("binary_cross_entropy_with_logits", float32_kernel=True)
 def bce_with_logits(em, out, x, y, weight=None, size_average=None, reduce=None, reduction="mean",
                     pos_weight=None):
     if weight is not None or pos_weight is not None:
@@ -109,14 +109,14 @@ def bce_with_logits(em, out, x, y, weight=None, size_average=None, reduce=None, 
         em, out, x, y, reduction=reduction)
 
 
-@op("hinge_embedding_loss")
+@op("hinge_embedding_loss", float32_kernel=True)
 def hinge_embedding_loss(em, out, x, y, margin=1.0, size_average=None, reduce=None, reduction="mean"):
     # PyTorch: where(y != 1, max(0, margin - x), 0) + where(y != -1, x, 0), for any y.
     _pair(lambda x, y: select(y.ne(1), vmax(margin - x, 0), 0) + select(y.ne(-1), x, 0))(
         em, out, x, y, reduction=reduction)
 
 
-@op("margin_ranking_loss")
+@op("margin_ranking_loss", float32_kernel=True)
 def margin_ranking_loss(em, out, a, b, y, margin=0.0, size_average=None, reduce=None, reduction="mean"):
     shape = _broadcast_shape(a, b, y)
     reduce_loss(em, out, shape, lambda *v: vmax(-_read(y, v, shape) * (_read(a, v, shape) - _read(b, v, shape))
@@ -141,13 +141,13 @@ def _nll(em, out, logp: Ref, target: Ref, weight, reduction, sign_count=None):
     em.nest((), lambda: store(out, [], -num.at() / den.at() if reduction == "mean" else -num.at()))
 
 
-@op("nll_loss")
+@op("nll_loss", float32_kernel=True)
 def nll_loss(em, out, logp, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
              reduction="mean"):
     _nll(em, out, logp, target, weight, reduction)
 
 
-@op("cross_entropy")
+@op("cross_entropy", float32_kernel=True)
 def cross_entropy(em, out, x, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
                   reduction="mean", label_smoothing=0.0):
     if label_smoothing:
@@ -165,7 +165,7 @@ def cross_entropy(em, out, x, target, weight=None, size_average=None, ignore_ind
     reduce_loss(em, out, x.shape, lambda *v: logp.at(*v) * target.at(*v), reduction, sign="-", count=count)
 
 
-@op("cosine_similarity")
+@op("cosine_similarity", float32_kernel=True)
 def cosine_similarity(em, out, a, b, dim=1, eps=1e-08):
     shape = _broadcast_shape(a, b)
     d = dim % len(shape)
@@ -182,7 +182,7 @@ def cosine_similarity(em, out, a, b, dim=1, eps=1e-08):
     em.nest(stats, lambda *v: store(out, v, dot.at(*v) / sqrt(vmax(na.at(*v) * nb.at(*v), eps * eps))))
 
 
-@op("pairwise_distance")
+@op("pairwise_distance", float32_kernel=True)
 def pairwise_distance(em, out, a, b, p=2.0, eps=1e-06, keepdim=False):
     if p != 2:
         raise UnsupportedForm(f"pairwise_distance with p={p!r}")
@@ -192,7 +192,7 @@ def pairwise_distance(em, out, a, b, p=2.0, eps=1e-06, keepdim=False):
     em.nest(out.shape, lambda *v: store(out, v, sqrt(total.at(*v[:len(shape) - 1]))))
 
 
-@op("triplet_margin_loss")
+@op("triplet_margin_loss", float32_kernel=True)
 def triplet_margin_loss(em, out, anchor, positive, negative, margin=1.0, p=2.0, eps=1e-06, swap=False,
                         size_average=None, reduce=None, reduction="mean"):
     if p != 2 or swap:
@@ -208,7 +208,7 @@ def triplet_margin_loss(em, out, anchor, positive, negative, margin=1.0, p=2.0, 
     reduce_loss(em, out, shape[:-1], lambda *v: vmax(sqrt(dp.at(*v)) - sqrt(dn.at(*v)) + margin, 0), reduction)
 
 
-@op("cosine_embedding_loss")
+@op("cosine_embedding_loss", float32_kernel=True)
 def cosine_embedding_loss(em, out, a, b, y, margin=0.0, size_average=None, reduce=None, reduction="mean"):
     n = a.shape[0]
     dot, na, nb = (em.temp((n,), out.code) for _ in range(3))

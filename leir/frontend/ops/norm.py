@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from leir.dtypes import torch_name
-from leir.frontend.emit import Emitter, Ref, accumulate, store
+from leir.frontend.emit import ACCUMULATOR_CODE, HALF_CODES, Emitter, Ref, accumulate, accumulate_over, store
 from leir.frontend.expr import sqrt
 from leir.frontend.registry import UnsupportedForm, op
 
@@ -20,7 +20,7 @@ def normalise(em: Emitter, out: Ref, x: Ref, stats_shape, stats_index, count: in
     apply `affine(v, normalised) -> expr` (None: the normalised value is the result)."""
     if centre:
         total = em.temp(stats_shape, x.code)
-        em.nest(x.shape, lambda *v: accumulate(total, stats_index(v), x.at(*v)))
+        accumulate_over(em, total, x.shape, stats_index, lambda v: x.at(*v))
         mean = em.temp(stats_shape, x.code)
         em.nest(stats_shape, lambda *v: store(mean, v, total.at(*v) / count))
 
@@ -30,7 +30,7 @@ def normalise(em: Emitter, out: Ref, x: Ref, stats_shape, stats_index, count: in
         def centred(v):
             return x.at(*v)
     squares = em.temp(stats_shape, x.code)
-    em.nest(x.shape, lambda *v: accumulate(squares, stats_index(v), centred(v) ** 2))
+    accumulate_over(em, squares, x.shape, stats_index, lambda v: centred(v) ** 2)
     variance = em.temp(stats_shape, x.code)
     em.nest(stats_shape, lambda *v: store(variance, v, squares.at(*v) / count))
 
@@ -62,7 +62,7 @@ def _trailing(x: Ref, normalized_shape) -> int:
     return k
 
 
-@op("layer_norm")
+@op("layer_norm", float32_kernel=True)
 def layer_norm(em, out, x, normalized_shape, weight=None, bias=None, eps=1e-05):
     k = _trailing(x, normalized_shape)
     lead = x.rank - k
@@ -71,18 +71,18 @@ def layer_norm(em, out, x, normalized_shape, weight=None, bias=None, eps=1e-05):
               scale_shift(weight, bias, lambda v: v[lead:]))
 
 
-@op("rms_norm")
+@op("rms_norm", float32_kernel=True)
 def rms_norm(em, out, x, normalized_shape, weight=None, eps=None):
     k = _trailing(x, normalized_shape)
     lead = x.rank - k
     count = x.numel() // max(1, _prod(x.shape[:lead]))
-    if eps is None:
-        eps = torch.finfo(getattr(torch, torch_name(x.code))).eps
+    if eps is None:  # PyTorch's kernel takes the eps of the dtype it computes in: float32 for half inputs
+        eps = torch.finfo(getattr(torch, torch_name(ACCUMULATOR_CODE if x.code in HALF_CODES else x.code))).eps
     normalise(em, out, x, x.shape[:lead], lambda v: v[:lead], count, eps,
               scale_shift(weight, None, lambda v: v[lead:]), centre=False)
 
 
-@op("batch_norm")
+@op("batch_norm", float32_kernel=True)
 def batch_norm(em, out, x, running_mean, running_var, weight=None, bias=None, training=False,
                momentum=0.1, eps=1e-05):
     channel = _channel_affine(weight, bias)
@@ -101,7 +101,7 @@ def _channel_affine(weight, bias):
     return scale_shift(weight, bias, lambda v: [v[1]])
 
 
-@op("instance_norm")
+@op("instance_norm", float32_kernel=True)
 def instance_norm(em, out, x, running_mean=None, running_var=None, weight=None, bias=None,
                   use_input_stats=True, momentum=0.1, eps=1e-05, cudnn_enabled=False):
     if not use_input_stats:
@@ -110,7 +110,7 @@ def instance_norm(em, out, x, running_mean=None, running_var=None, weight=None, 
     normalise(em, out, x, x.shape[:2], lambda v: v[:2], count, eps, _channel_affine(weight, bias))
 
 
-@op("group_norm")
+@op("group_norm", float32_kernel=True)
 def group_norm(em, out, x, num_groups, weight=None, bias=None, eps=1e-05):
     per_group = x.shape[1] // num_groups
     count = x.numel() // (x.shape[0] * num_groups)
@@ -120,7 +120,7 @@ def group_norm(em, out, x, num_groups, weight=None, bias=None, eps=1e-05):
     normalise(em, out, x, (x.shape[0], num_groups), group_of, count, eps, _channel_affine(weight, bias))
 
 
-@op("normalize")
+@op("normalize", float32_kernel=True)
 def normalize(em, out, x, p=2.0, dim=1, eps=1e-12):
     if p != 2:
         raise UnsupportedForm(f"normalize with p={p!r}")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from leir.frontend.emit import Emitter, Ref, operand, store
 from leir.frontend.expr import X, both, either, erf, exp, fabs, log, select, sqrt, vmax, vmin
 from leir.frontend.registry import UnsupportedForm, op
@@ -40,6 +42,28 @@ def pointwise_with_tanh(em: Emitter, out: Ref, inner, outer, *operands) -> None:
         return [store(pos, v, exp(u)), store(neg, v, exp(-u)),
                 store(out, v, outer(*xs, (ep - en) / (ep + en)))]
     em.nest(out.shape, body)
+
+
+_HALF_TORCH = {"f16": "float16", "bf16": "bfloat16"}
+
+
+def bound(value: float, code: str, op: str) -> float:
+    """The literal that a `code` value `x` is compared with, so that `x op literal` in that dtype (a
+    literal takes the dtype of what it is compared with, LEIR.md §4.5) decides as PyTorch does: its
+    float16 and bfloat16 kernels compare in float32, i.e. with `value` itself. A `value` the dtype
+    cannot hold lies between two of its values lo < value < hi, and `x > value` is `x > lo`, `x <
+    value` is `x < hi` (`threshold(x, 0.1, 20)` in bfloat16 would otherwise keep x = 0.10009765625,
+    which is bfloat16's 0.1)."""
+    if code not in _HALF_TORCH or not math.isfinite(value):
+        return value
+    dtype = getattr(torch, _HALF_TORCH[code])
+    near = torch.tensor(value, dtype=dtype)
+    if near.item() == value:
+        return value
+    toward = float("-inf") if op in (">", "<=") else float("inf")
+    if (near.item() > value) == (op in (">", "<=")):  # the nearest value is on the wrong side
+        near = torch.nextafter(near, torch.tensor(toward, dtype=dtype))
+    return near.item()
 
 
 def sigmoid_of(x):
@@ -77,8 +101,14 @@ _UNARY = {
 }
 
 
+# In float16, exp overflows above 11: 1/(1+exp(-x)) is 0 below -11 where PyTorch's sigmoid (computed
+# in float32, rounded once) is a subnormal, and log(1+exp(x)) is inf where softplus is x. These run in
+# float32 in half-precision programs, as PyTorch's kernels do (registry.FLOAT32_KERNELS).
+_FLOAT32_UNARY = ("sigmoid",)
+
+
 def _unary(name, fn):
-    @op(name)
+    @op(name, float32_kernel=name in _FLOAT32_UNARY)
     def handler(em, out, x, *_, **__):
         pointwise(em, out, fn, x)
     return handler
@@ -129,7 +159,7 @@ def celu(em, out, x, alpha=1.0):
     pointwise(em, out, lambda x: vmax(x, 0) + vmin(alpha * (exp(x / alpha) - 1), 0), x)
 
 
-@op("softplus")
+@op("softplus", float32_kernel=True)
 def softplus(em, out, x, beta=1.0, threshold=20.0):
     pointwise(em, out, lambda x: softplus_of(x, beta, threshold), x)
 
@@ -141,17 +171,20 @@ def hardtanh(em, out, x, min_val=-1.0, max_val=1.0):
 
 @op("hardshrink")
 def hardshrink(em, out, x, lambd=0.5):
-    pointwise(em, out, lambda x: select(either(x.gt(lambd), x.lt(-lambd)), x, 0), x)
+    hi, lo = bound(lambd, x.code, ">"), bound(-lambd, x.code, "<")
+    pointwise(em, out, lambda x: select(either(x.gt(hi), x.lt(lo)), x, 0), x)
 
 
 @op("softshrink")
 def softshrink(em, out, x, lambd=0.5):
-    pointwise(em, out, lambda x: select(x.gt(lambd), x - lambd, select(x.lt(-lambd), x + lambd, 0)), x)
+    hi, lo = bound(lambd, x.code, ">"), bound(-lambd, x.code, "<")
+    pointwise(em, out, lambda x: select(x.gt(hi), x - lambd, select(x.lt(lo), x + lambd, 0)), x)
 
 
 @op("threshold")
 def threshold(em, out, x, threshold, value):
-    pointwise(em, out, lambda x: select(x.gt(threshold), x, value), x)
+    limit = bound(threshold, x.code, ">")
+    pointwise(em, out, lambda x: select(x.gt(limit), x, value), x)
 
 
 @op("prelu")

@@ -88,12 +88,12 @@ def _register(n):
                  return_indices=False):
         _max_pool(em, out, x, n, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
-    @op(f"avg_pool{n}d")
+    @op(f"avg_pool{n}d", float32_kernel=True)
     def avg_pool(em, out, x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                  divisor_override=None):
         _avg_pool(em, out, x, n, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
 
-    @op(f"adaptive_avg_pool{n}d")
+    @op(f"adaptive_avg_pool{n}d", float32_kernel=True)
     def adaptive_avg_pool(em, out, x, output_size):
         _adaptive(em, out, x, n, "+")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from leir.ast import Num
-from leir.frontend.emit import Emitter, Ref, accumulate, store
+from leir.frontend.emit import Emitter, Ref, accumulate, accumulate_over, store
 from leir.frontend.expr import X, exp, fabs, log, select, sqrt
 from leir.frontend.registry import UnsupportedForm, op
 
@@ -55,7 +55,7 @@ def reduce_into(em: Emitter, x: Ref, dims, op_name: str, term=lambda v: v, code=
     shape = keep_shape(x.shape, dims) if keep else drop_shape(x.shape, dims)
     acc = em.temp(shape, code or x.code)
     index = keep_index if keep else drop_index
-    em.nest(x.shape, lambda *v: accumulate(acc, index(v, dims), term(x.at(*v)), op_name))
+    accumulate_over(em, acc, x.shape, lambda v: index(v, dims), lambda v: term(x.at(*v)), op_name)
     return acc
 
 
@@ -71,21 +71,21 @@ def _count(x: Ref, dims) -> int:
     return n
 
 
-@op("sum")
+@op("sum", float32_kernel=True)
 def sum_(em, out, x, dim=None, keepdim=False, dtype=None):
     dims = reduced_dims(x.rank, dim)
     acc = reduce_into(em, x, dims, "+", code=out.code)
     finish(em, out, acc, dims, x.rank)
 
 
-@op("mean")
+@op("mean", float32_kernel=True)
 def mean(em, out, x, dim=None, keepdim=False, dtype=None):
     dims = reduced_dims(x.rank, dim)
     acc = reduce_into(em, x, dims, "+", code=out.code)
     finish(em, out, acc, dims, x.rank, lambda a: a / _count(x, dims))
 
 
-@op("prod")
+@op("prod", float32_kernel=True)
 def prod(em, out, x, dim=None, keepdim=False, dtype=None):
     dims = reduced_dims(x.rank, dim)
     acc = reduce_into(em, x, dims, "*", code=out.code)
@@ -199,7 +199,7 @@ def _norm_terms(p):
     raise UnsupportedForm(f"norm with p={p!r}")
 
 
-@op("norm", "vector_norm")
+@op("norm", "vector_norm", float32_kernel=True)
 def norm(em, out, x, p=2, dim=None, keepdim=False, dtype=None, ord=None):  # noqa: A002
     p = ord if ord is not None else ("fro" if p is None else p)
     p = 2 if p == "fro" else p
@@ -216,8 +216,8 @@ def _variance(em, out, x, dim, correction, keepdim, root):
     avg = em.temp(total.shape, x.code)
     em.nest(avg.shape, lambda *v: store(avg, v, total.at(*v) / n))
     dev = em.temp(total.shape, x.code)
-    em.nest(x.shape, lambda *v: accumulate(dev, keep_index(v, dims),
-                                           (x.at(*v) - avg.at(*keep_index(v, dims))) ** 2))
+    accumulate_over(em, dev, x.shape, lambda v: keep_index(v, dims),
+                    lambda v: (x.at(*v) - avg.at(*keep_index(v, dims))) ** 2)
     finish(em, out, dev, dims, x.rank, lambda s: root(s / (n - correction)))
 
 
@@ -227,14 +227,14 @@ def _correction(unbiased, correction):
     return 1 if unbiased in (None, True) else 0
 
 
-@op("var")
+@op("var", float32_kernel=True)
 def var(em, out, x, dim=None, unbiased=None, keepdim=False, *, correction=None):
     if isinstance(dim, bool):
         dim, unbiased = None, dim
     _variance(em, out, x, dim, _correction(unbiased, correction), keepdim, lambda s: s)
 
 
-@op("std")
+@op("std", float32_kernel=True)
 def std(em, out, x, dim=None, unbiased=None, keepdim=False, *, correction=None):
     if isinstance(dim, bool):
         dim, unbiased = None, dim
@@ -275,22 +275,22 @@ def _softmax(em, out, x, dim, log_form=False, scale=1.0):
     softmax_nest(em, out, x, d, m, s, log_form, scale)
 
 
-@op("softmax")
+@op("softmax", float32_kernel=True)
 def softmax(em, out, x, dim=None, *_, **__):
     _softmax(em, out, x, dim)
 
 
-@op("log_softmax")
+@op("log_softmax", float32_kernel=True)
 def log_softmax(em, out, x, dim=None, *_, **__):
     _softmax(em, out, x, dim, log_form=True)
 
 
-@op("softmin")
+@op("softmin", float32_kernel=True)
 def softmin(em, out, x, dim=None, *_, **__):
     _softmax(em, out, x, dim, scale=-1.0)
 
 
-@op("logsumexp")
+@op("logsumexp", float32_kernel=True)
 def logsumexp(em, out, x, dim, keepdim=False):
     dims = reduced_dims(x.rank, dim)
     m = reduce_into(em, x, dims, "max")
@@ -316,17 +316,17 @@ def _scan(em, out, x, dim, how, identity):
     em.nest(extents, body)
 
 
-@op("cumsum")
+@op("cumsum", float32_kernel=True)
 def cumsum(em, out, x, dim, dtype=None):
     _scan(em, out, x, dim, "+", 0)
 
 
-@op("cumprod")
+@op("cumprod", float32_kernel=True)
 def cumprod(em, out, x, dim, dtype=None):
     _scan(em, out, x, dim, "*", 1)
 
 
-@op("logcumsumexp")
+@op("logcumsumexp", float32_kernel=True)
 def logcumsumexp(em, out, x, dim):
     d = dim % x.rank
     total = em.temp(out.shape, x.code)

@@ -155,13 +155,16 @@ def test_bool_dtype():
                    "min(E^{bool,g}_{a},if_then_else(A^{bool,g}_{a,c}|D^{bool,g}_{a,c},1,0))"), s)
 
 
-def test_mixed_dtypes_cast_at_the_store():
+def test_mixed_dtypes_compute_in_the_lhs_dtype():
+    """LEIR.md §4.5: reads of other dtypes are converted to the statement's dtype, then it computes:
+    float64 addition of a float32 and an int64 value; an int32 statement truncates A before doubling."""
     s = sig({"A": ((8,), "float32"), "I": ((8,), "int64")}, {"C": ((8,), "float64"), "K": ((8,), "int32")})
     a = np.linspace(-3.7, 3.7, 8)
+    big = np.arange(8) + 2 ** 40  # not a float32 value: float32 arithmetic would round it
     out = run_numpy("L^{8}_{a=0}[C^{f64,g}_{a}=A^{f32,g}_{a}+I^{i64,g}_{a};K^{i32,g}_{a}=A^{f32,g}_{a}*2;];",
-                    s, {"A": a, "I": np.arange(8)})
-    np.testing.assert_allclose(out["C"], a.astype(np.float32).astype(np.float64) + np.arange(8))
-    np.testing.assert_array_equal(out["K"], np.trunc(a.astype(np.float32) * 2).astype(np.int32))
+                    s, {"A": a, "I": big})
+    np.testing.assert_array_equal(out["C"], a.astype(np.float32).astype(np.float64) + big)
+    np.testing.assert_array_equal(out["K"], np.trunc(a.astype(np.float32)).astype(np.int32) * 2)
 
 
 @pytest.mark.parametrize("scope", ["g", "s", "l"])
