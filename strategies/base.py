@@ -94,12 +94,18 @@ class Context:
         return replace(self, program=program)
 
     @cached_property
+    def result_code(self) -> str | None:
+        """The dtype code of the program's outputs (None when they differ): what its results are
+        verified to."""
+        codes = [t.code for t in self.signature.outputs]
+        return codes[0] if len(set(codes)) == 1 else None
+
+    @cached_property
     def reassociation_problem(self) -> str | None:
         """Why no reassociating step can be verified on this program, or None."""
         from strategies.analysis.numerics import rounding_problem
 
-        codes = [t.code for t in self.signature.outputs]
-        return rounding_problem(self.rounding_share, codes[0] if len(set(codes)) == 1 else None)
+        return rounding_problem(self.rounding_share, self.result_code)
 
 
 @dataclass(frozen=True)
@@ -205,6 +211,13 @@ class Transformation:
                 "facts": list(self.facts), "effect": self.effect}
 
 
+def dtype_changed(ctx: Context, program: Program) -> list[str]:
+    """Tensors of the context's program whose dtype `program` changes (issue 26: no step silently
+    changes an accumulator's dtype, so a float32 accumulator of a float16 program stays float32)."""
+    after = tensor_table(program, ctx.signature)
+    return [name for name, info in ctx.tensors.items() if name in after and after[name].dtype != info.dtype]
+
+
 class Strategy:
     name: ClassVar[str]
     level: ClassVar[str]
@@ -256,6 +269,8 @@ class Strategy:
             return None
         if alpha_hash(rw.program, ctx.signature) == ctx.alpha:
             return None
+        if dtype_changed(ctx, rw.program):
+            return None  # a bug of the rule, never a step: LEIR.md §4.5 computes in the left-hand dtype
         exactness = "reassociating" if "reassociating" in (self.exactness, rw.exactness) else self.exactness
         if exactness == "reassociating" and ctx.reassociation_problem:
             return None

@@ -162,15 +162,18 @@ def contraction_values(ctx) -> set[str]:
     return grown
 
 
-def unguarded_exp(ctx, shifted, shift) -> str | None:
+def unguarded_exp(ctx, shifted, shift, code: str | None = None) -> str | None:
     """Why exp(`shifted`) without the shift `shift` may overflow, or None: dropping or replacing the
     max shift of a softmax is only safe when the shifted values cannot grow (exp(x) is inf for
     x > 88 in float32), so it is refused for values that come out of a sum reduction, and always in
-    a dtype whose exp overflows within the range of ordinary data (float16: above 11)."""
+    a dtype whose exp overflows within the range of ordinary data (float16: above 11). `code` is the
+    dtype the exp is computed in (its statement's left-hand dtype, LEIR.md §4.5: a float32 statement
+    over float16 reads computes exp in float32); without it, the dtype of the values read."""
     shifts = {s.stmt.lhs.tensor for s in ctx.sites if reduction_op(s.stmt) == "max"}
     if shift is not None and not any(a.tensor in shifts for a in accesses(shift)):
         return None
-    codes = [a.dtype for a in (*accesses(shift if shift is not None else shifted), *accesses(shifted))]
+    codes = [code] if code else [a.dtype for a in (*accesses(shift if shift is not None else shifted),
+                                                     *accesses(shifted))]
     dtype_problem = unshifted_exp_problem(codes[0]) if codes else None
     if dtype_problem:
         return dtype_problem

@@ -5,13 +5,47 @@ from __future__ import annotations
 
 import math
 
-from leir.analysis import affine_form, lhs_vars, loop_bounds, reduction_op
-from leir.ast import Access, BinOp, Loop, Nest, Stmt, accesses
+from leir.analysis import affine_form, integral_exponent, lhs_vars, loop_bounds, reduction_op
+from leir.ast import Access, BinOp, Loop, Neg, Nest, Num, Stmt, accesses
+from strategies.analysis.numerics import MANTISSA_BITS, exact_product_bits
 
 
 def iterations(loops) -> int:
     """How many times the body of `loops` runs: the product of their extents (1 for no loop)."""
     return math.prod(lp.extent for lp in loops)
+
+
+# --- fused multiply-adds: where contraction changes the rounding (issue 18, refined in issue 26) -------
+
+def product_rounds(product, code: str) -> bool:
+    """Whether `product` (a multiplication as `leir.analysis.is_product` sees it), computed in dtype
+    `code`, is rounded, so that LLVM fusing it with an add into one FMA changes the result. It is not
+    where the product is exact in `code` (the significands of its factors fit: two float16 or bfloat16
+    reads in a float32 statement, LEIR.md §4.5; a power-of-two literal only scales), nor in a bfloat16
+    statement, which the lowering rounds explicitly after every operation (no FMA can form)."""
+    if code == "bf16":
+        return False
+    bits = _significand_bits(product, code)
+    return bits is None or not exact_product_bits(bits, code)
+
+
+def _significand_bits(e, code: str) -> list[int] | None:
+    """Significand widths of the factors of a product (None: a factor is itself rounded in `code`)."""
+    if isinstance(e, Neg):
+        return _significand_bits(e.operand, code)
+    if isinstance(e, BinOp) and e.op == "*":
+        left, right = _significand_bits(e.lhs, code), _significand_bits(e.rhs, code)
+        return None if left is None or right is None else left + right
+    if isinstance(e, BinOp) and e.op == "**":
+        n, base = integral_exponent(e.rhs), _significand_bits(e.lhs, code)
+        return None if n is None or base is None or n < 1 else base * n
+    if isinstance(e, Access):
+        return [MANTISSA_BITS[e.dtype]] if e.dtype in MANTISSA_BITS else None
+    if isinstance(e, Num) and math.isfinite(float(e.value)) and float(e.value) != 0:
+        numerator, _ = abs(float(e.value)).as_integer_ratio()
+        odd = numerator >> ((numerator & -numerator).bit_length() - 1)
+        return [odd.bit_length() - 1]  # a power of two scales exactly: 0 bits
+    return None
 
 
 # --- steps that cannot help (issue 24): refused, with the reason, whatever else holds -------------------

@@ -16,6 +16,7 @@ from strategies.analysis.legality import (
     loop_carries_dependence,
     merged_subscript_vars,
     misaligned,
+    product_rounds,
     reads_without_self,
     written_tensors,
 )
@@ -157,9 +158,10 @@ def contracted_products(first, second) -> list[str]:
     """Tensors that the first part stores as a product and the second part adds to something: once
     both run in one iteration, LLVM replaces the load by the stored value and contracts the multiply
     and the add into an FMA, which rounds once where the two nests rounded twice."""
-    products = {s.lhs.tensor for s, _ in first if is_product(s.rhs)}
+    products = {s.lhs.tensor: s.lhs.dtype for s, _ in first if is_product(s.rhs) and product_rounds(s.rhs, s.lhs.dtype)}
+    # a product stored in another dtype than its reader computes in is rounded by the store: no FMA forms
     return list(dict.fromkeys(a.tensor for s, _ in second for a in accesses(s.rhs)
-                              if a.tensor in products and contraction_contexts(s.rhs, a)))
+                              if products.get(a.tensor) == s.lhs.dtype and contraction_contexts(s.rhs, a)))
 
 
 # --- factoring a reduction axis (rfactor) ------------------------------------------------------------
@@ -192,7 +194,8 @@ def factor_reduction(ctx: Context, top: int, k: int, factor: int) -> Factored:
         raise Illegal(f"{merged[0]} appears in {stmt.lhs.tensor}'s subscript but several of its iterations "
                       "accumulate into one element: the combining nest cannot run over it")
     if op in ("+", "-", "*"):
-        refuse(sum_drift_problem(accumulated_terms(stmt, nest.loops), stmt.lhs.dtype, stmt.lhs.tensor))
+        refuse(sum_drift_problem(accumulated_terms(stmt, nest.loops), stmt.lhs.dtype, stmt.lhs.tensor,
+                                 ctx.result_code))
     x = stmt.lhs
     if any(a.tensor == x.tensor for a in reads_without_self(stmt)):
         raise Illegal(f"the reduced value reads {x.tensor} elsewhere than as the accumulator")

@@ -68,20 +68,35 @@ def unshifted_exp_problem(code: str) -> str | None:
             "infinite where the original is finite")
 
 
-def sum_drift_problem(n: int, code: str, tensor: str) -> str | None:
+def sum_drift_problem(n: int, code: str, tensor: str, held_to: str | None = None) -> str | None:
     """Why reassociating an accumulation of `n` terms per element (or rounding each term differently)
-    changes the result beyond what this dtype is held to, or None. Each of the n additions rounds to
-    about u of the running sum, and a different order or different terms round differently: the
-    results drift apart by about sqrt(n)*u of the sum (a random walk of n rounding errors)."""
+    changes the result beyond what it is held to, or None. Each of the n additions rounds to about u
+    of the running sum (u: the accumulator's dtype `code`), and a different order or different terms
+    round differently: the results drift apart by about sqrt(n)*u of the sum (a random walk of n
+    rounding errors). The bound is what the program's result is verified to: the accumulator's dtype,
+    or the looser dtype of the outputs (`held_to`; issue 26: a float32 accumulator of a float16
+    program is held to float16's tolerance, so it may reorder some 4e8 terms, not 27,000)."""
     fmt = float_format(code)
     if fmt is None or n <= 1:
         return None
+    result = float_format(held_to) if held_to else None
+    precision = max(fmt.precision, result.precision if result else 0.0)
     drift = math.sqrt(n) * fmt.unit_roundoff
-    if drift <= fmt.precision:
+    if drift <= precision:
         return None
+    held = f"a {result.name} result" if result and result.precision > fmt.precision else f"a {fmt.name} result"
     return (f"{n} terms accumulate into each element of {tensor}: in {fmt.name} (unit roundoff "
             f"{fmt.unit_roundoff:.2g}) reassociating them moves the sum by about sqrt(n)*u = {drift:.2g} of its size, "
-            f"beyond the {fmt.precision:g} a {fmt.name} result is held to")
+            f"beyond the {precision:g} {held} is held to")
+
+
+MANTISSA_BITS = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}
+
+
+def exact_product_bits(bits: list[int], code: str) -> bool:
+    """Whether a product of factors with these significand widths is exact in dtype `code` (the
+    widths add up: two float16 values multiply exactly in float32, two float32 values in float64)."""
+    return code in MANTISSA_BITS and sum(bits) <= MANTISSA_BITS[code]
 
 
 def literal_problem(value: float, code: str) -> str | None:

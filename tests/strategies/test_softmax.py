@@ -1,8 +1,10 @@
 """Golden and legality tests of the softmax family and the splits (dataflow patterns over nests)."""
 from __future__ import annotations
 
+import pytest
 from strategy_cases import assert_golden, ctx, results, sig
 
+from strategies.base import Illegal
 from strategies.registry import get
 
 SIG = sig(("A", [4, 8], "float64", "input"), ("C", [4, 8], "float64", "output"))
@@ -105,11 +107,13 @@ def test_multiplicative_split_then_applies_after_exponential_split():
 def test_additive_split_closed_form_for_invariant_terms():
     s = sig(("A", [4, 8], "float64", "input"), ("C", [4], "float64", "input"), ("E", [4], "float64", "output"))
     before = "B^{4}_{tx=0}L^{8}_{a=0}[E^{f64,g}_{tx}=E^{f64,g}_{tx}+(A^{f64,g}_{tx,a}*A^{f64,g}_{tx,a}+C^{f64,g}_{tx});];"
-    first = ("B^{4}_{tx=0}L^{8}_{a=0}[E^{f64,g}_{tx}=E^{f64,g}_{tx}+C^{f64,g}_{tx};];"
-             "B^{4}_{tx=0}L^{8}_{a=0}[E^{f64,g}_{tx}=E^{f64,g}_{tx}+A^{f64,g}_{tx,a}**2;];")
-    second = ("B^{4}_{tx=0}L^{8}_{a=0}[E^{f64,g}_{tx}=E^{f64,g}_{tx}+A^{f64,g}_{tx,a}**2;];"
+    closed = ("B^{4}_{tx=0}L^{8}_{a=0}[E^{f64,g}_{tx}=E^{f64,g}_{tx}+A^{f64,g}_{tx,a}**2;];"
               "B^{4}_{tx=0}[E^{f64,g}_{tx}=E^{f64,g}_{tx}+8*C^{f64,g}_{tx};];")
-    assert_golden("additive_split", before, [first, second], s)
+    # the other split (term A**2) would leave the invariant C summed 8 times: refused (issue 26)
+    assert_golden("additive_split", before, [closed], s)
+    site = next(iter(get("additive_split").sites(ctx(before, s))))
+    with pytest.raises(Illegal, match=r"what remains, C\^\{f64,g\}_\{tx\}, does not depend on a: it would be added 8 times"):
+        get("additive_split").rewrite(ctx(before, s), site, {"term": "A^{f64,g}_{tx,a}**2"})
 
 
 def test_partially_equivalent_then_correct():

@@ -26,8 +26,10 @@ PINS = [("softmax_last", {"B": 1, "M": 16, "N": 256}), ("log_softmax", {"B": 1, 
         ("layer_norm", {"B": 1, "M": 8, "N": 64}), ("mean_dim", {"B": 1, "M": 16, "N": 1024}),
         ("group_norm", {"B": 1, "C": 4, "H": 7, "W": 7, "G": 1}), ("logsumexp", {"B": 1, "M": 16, "N": 256})]
 STRATEGIES = ["partially_equivalent_then_correct", "exponential_split", "expand_powsimp", "factorization", "together",
-              "expand_factorization", "cancellation", "reduction_factorization", "online_softmax", "additive_split",
+              "expand_factorization", "cancellation", "loop_vectorization", "online_softmax", "additive_split",
               "cache_read_write"]
+# (reduction_factorization is refused on the CPU, where its partials would sit in global memory inside serial
+# loops (issue 24); loop_vectorization's `partials` variant is the CPU's reduction split, with the same guards)
 
 
 def one_dtype(program: Program, code: str) -> Program:
@@ -93,12 +95,12 @@ def test_every_application_verifies_in_each_dtype(surveys, dtype):
 
 def test_float16_refuses_what_float32_keeps(surveys):
     f16, f32 = surveys["float16"], surveys["float32"]
-    for name in ("partially_equivalent_then_correct", "exponential_split", "expand_powsimp", "reduction_factorization"):
+    for name in ("partially_equivalent_then_correct", "exponential_split", "expand_powsimp", "loop_vectorization"):
         assert f32[name].applications > f16[name].applications, name
     assert f16["partially_equivalent_then_correct"].applications == 0
 
 
 def test_translated_float16_programs_accumulate_in_float32_and_keep_what_float32_keeps(surveys):
     mixed, f32 = surveys["float16-mixed"], surveys["float32"]
-    for name in ("partially_equivalent_then_correct", "exponential_split", "expand_powsimp", "reduction_factorization"):
+    for name in ("partially_equivalent_then_correct", "exponential_split", "expand_powsimp"):
         assert mixed[name].applications == f32[name].applications > 0, name

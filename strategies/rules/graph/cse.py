@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from leir.analysis import StmtSite, contraction_contexts, is_product
 from leir.ast import Access, BinOp, Call, Neg, Select, Stmt, Var, accesses, children, replace_expr
 from leir.printer import format_expr
+from strategies.analysis.legality import product_rounds
 from strategies.analysis.tree import fresh_tensors, replace_stmt, vars_in
 from strategies.base import Context, Illegal, Match, Rewrite, Site, Strategy
 from strategies.registry import register
@@ -104,7 +105,8 @@ class CommonSubexpressionElimination(Strategy):
         return index
 
     def _check(self, ctx, e, stmts) -> None:
-        if is_product(e) and any(contraction_contexts(s.stmt.rhs, e) for s in stmts):
+        if is_product(e) and product_rounds(e, stmts[0].stmt.lhs.dtype) and any(
+                contraction_contexts(s.stmt.rhs, e) for s in stmts):
             raise Illegal("the product is an operand of a sum: storing it would prevent a fused multiply-add "
                           "and round differently")
         first, last = stmts[0].nest_index, stmts[-1].nest_index

@@ -8,7 +8,7 @@ from leir.analysis import is_product, reduction_op
 from leir.ast import Access, BinOp, Call, Nest, Num, Program, Stmt, Var, accesses
 from leir.printer import format_expr
 from strategies.analysis.gates import check_inits
-from strategies.analysis.legality import body_statements, dependence_names
+from strategies.analysis.legality import body_statements, dependence_names, product_rounds
 from strategies.analysis.tree import bands, enclosing_loops, get_item, replace_item, replace_stmt
 from strategies.base import Illegal, Match, Rewrite, Site, Strategy
 from strategies.registry import register
@@ -40,7 +40,7 @@ class ExpressionSplitting(Strategy):
         x, rhs = s.stmt.lhs, s.stmt.rhs
         if any(a.tensor == x.tensor for a in accesses(rhs.rhs)):
             raise Illegal(f"the right operand reads {x.tensor}")
-        if rhs.op in ("+", "-") and (is_product(rhs.lhs) or is_product(rhs.rhs)):
+        if rhs.op in ("+", "-") and any(is_product(o) and product_rounds(o, x.dtype) for o in (rhs.lhs, rhs.rhs)):
             raise Illegal("splitting a product from a sum would prevent a fused multiply-add and round "
                           "differently")
         program = replace_stmt(ctx.program, s, Stmt(x, rhs.lhs), Stmt(x, BinOp(rhs.op, x, rhs.rhs)))

@@ -8,7 +8,7 @@ from leir.analysis import StmtSite, contraction_contexts, is_product
 from leir.ast import Access, Var, map_stmt
 from leir.printer import format_expr
 from strategies.analysis.gates import check_inits, positions_without
-from strategies.analysis.legality import iterations, stmt_reads
+from strategies.analysis.legality import iterations, product_rounds, stmt_reads
 from strategies.analysis.tree import remove_items, replace_stmt, substitute_vars
 from strategies.base import Context, Illegal, Match, Rewrite, Site, Strategy
 from strategies.registry import register
@@ -73,8 +73,8 @@ def _check_producer(ctx: Context, tensor: str, w: StmtSite) -> None:
 
 
 def _check_reader(tensor: str, w: StmtSite, r: StmtSite) -> None:
-    if is_product(w.stmt.rhs) and any(contraction_contexts(r.stmt.rhs, a) for a in stmt_reads(r.stmt)
-                                      if a.tensor == tensor):
+    if is_product(w.stmt.rhs) and product_rounds(w.stmt.rhs, w.stmt.lhs.dtype) and any(
+            contraction_contexts(r.stmt.rhs, a) for a in stmt_reads(r.stmt) if a.tensor == tensor):
         raise Illegal(f"inlining the product {tensor} into a sum would let the compiler fuse a "
                       "multiply-add and round differently")
     if r.nest_index <= w.nest_index:

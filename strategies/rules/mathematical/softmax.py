@@ -60,7 +60,7 @@ class OnlineSoftmax(Strategy):
         pair = site.match
         mx, sm = pair.mx, pair.sm
         refuse(untouched_between(ctx, mx.index, sm.index, tensors_read(mx.elem), {mx.acc.tensor, sm.acc.tensor}))
-        refuse(sum_drift_problem(mx.red_loop.extent, sm.acc.dtype, sm.acc.tensor))
+        refuse(sum_drift_problem(mx.red_loop.extent, sm.acc.dtype, sm.acc.tensor, ctx.result_code))
         h = fresh_tensors(ctx.program, ctx.signature).fresh()
         old_max, new_max, new_sum, _, _ = running_stmts(pair, h)
         nests = list(ctx.program.nests)
@@ -106,7 +106,7 @@ class FlashattentionWoTiling(Strategy):
         involved = {mx.acc.tensor, pair.sm.acc.tensor, att.prob.tensor, o.tensor}
         for lo, hi in ((mx.index, pair.sm.index), (pair.sm.index, att.norm), (att.norm, att.mm)):
             refuse(untouched_between(ctx, lo, hi, tensors_read(mx.elem) | tensors_read(att.value), involved))
-        refuse(sum_drift_problem(mx.red_loop.extent, o.dtype, o.tensor))
+        refuse(sum_drift_problem(mx.red_loop.extent, o.dtype, o.tensor, ctx.result_code))
         names = fresh_tensors(ctx.program, ctx.signature)
         h, acc_name = names.fresh(), names.fresh()
         fused, final, inner = self._fold(ctx, att, h, acc_name)

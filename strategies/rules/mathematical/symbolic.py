@@ -75,7 +75,8 @@ class SympyStrategy(Strategy):
         refuse(overflow_problem(ctx.program, ctx.signature, st.loops, tr.target.expr, new_expr, code)
                or conditioning_problem(ctx.program, ctx.signature, st.loops, tr.target.expr, new_expr, code))
         if tr.target.op in ("+", "-", "*"):
-            refuse(sum_drift_problem(accumulated_terms(st.stmt, st.loops), code, st.stmt.lhs.tensor))
+            refuse(sum_drift_problem(accumulated_terms(st.stmt, st.loops), code, st.stmt.lhs.tensor,
+                                     ctx.result_code))
         self.check(ctx, tr, new_expr)
         program = finish(ctx, replace_item(ctx.program, site.nest, site.path, (tr.target.rebuild(new_expr),)))
         return Rewrite(program, self._facts(tr, after, params), self._effect(st, tr, new_expr))
@@ -312,7 +313,7 @@ class ExpandPowsimp(SympyStrategy):
                 while isinstance(arg, Neg):
                     arg = arg.operand
                 if isinstance(arg, Access):
-                    refuse(unguarded_exp(ctx, tr.target.expr, arg))
+                    refuse(unguarded_exp(ctx, tr.target.expr, arg, tr.target.stmt.lhs.dtype))
 
 
 @register
