@@ -21,8 +21,8 @@ configure()
 from prefect import flow  # noqa: E402
 
 from flows.config import Params  # noqa: E402
-from flows.effects import measuring_machine  # noqa: E402
 from flows.filtering import split_families  # noqa: E402
+from flows.measure import measuring_machine  # noqa: E402
 from flows.storage import read_table  # noqa: E402
 from flows.tasks import say  # noqa: E402
 

@@ -81,8 +81,8 @@ class Measured:
 def measured_inputs(lake: Path, params, reports: Path | None = None) -> Measured:
     """The release's measured parts, from the `timings`, `trajectories` and cost model of `lake`."""
     from flows.cost_model import MODEL_PATH
-    from flows.effects import preference_pairs, release_trajectories, released_effects
     from flows.filtering import split_families
+    from flows.measure import preference_pairs, release_trajectories, released_effects
 
     target = params.verify["target"]
     effects, machine = released_effects(lake, target)
@@ -206,7 +206,7 @@ def _write_measured(folder: Path, measured: Measured, tables: dict) -> None:
 def _measured_section(m: Measured) -> str:
     """The card's account of speed: the machine, the effect of the released steps per level and per
     strategy, the preference pairs, the trajectories and the offline cost model."""
-    from flows.effects import effect_shares
+    from flows.measure import effect_shares
 
     lines = ["## Measured effects", ""]
     if m.machine is None:

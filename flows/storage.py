@@ -51,7 +51,7 @@ TABLES: dict[str, TableSpec] = {t.name: t for t in (
         ("rel_l2_err", F64), ("draws", I64), ("bitwise_equal", B), ("error_message", S), ("tvm_version", S))),
     # issue 24: one row per program state, target and machine (a measurement, not deterministic data):
     # the median of `samples_us` (interleaved rounds of one session per original program) and its
-    # relative interquartile range; per-step effects are derived from two states' rows (flows.effects)
+    # relative interquartile range; per-step effects are derived from two states' rows (flows.measure)
     TableSpec("timings", ("state_id", "target", "machine_id"), _schema(
         ("state_id", S), ("target", S), ("machine_id", S), ("program_id", S), ("family", S), ("leir", S),
         ("status", S), ("time_us", F64), ("spread", F64), ("rounds", I64), ("samples_us", pa.list_(F64)),

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import json
 
-from flows.effects import preference_pairs, state_ids
-from flows.measure import state_groups
+from flows.measure import preference_pairs, state_groups, state_ids
 
 
 def step(step_id, program, before, after, after_id, parent=None, strategy="loop_split"):

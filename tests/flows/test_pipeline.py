@@ -105,7 +105,7 @@ def test_rerun_reuses_finished_work_and_changes_nothing(tiny_lake):
 
 
 def test_measure_stage_times_every_released_state_once(tiny_lake):
-    from flows.effects import state_ids
+    from flows.measure import state_ids
     from flows.pipeline import run_stage
     from flows.storage import read_table, released_step_rows
 
