@@ -72,40 +72,54 @@ def register(app: typer.Typer) -> None:
 
     @app.command("sql")
     def sql(query: Annotated[str, typer.Argument(help="A DuckDB query over the lake's views (programs, steps, "
-                                                 "verifications, timings, samples, tokens, steps_verified).")],
+                                                 "verifications, timings, samples, tokens, steps_verified, "
+                                                 "steps_all). Queries only: SELECT, FROM, WITH, VALUES, "
+                                                 "DESCRIBE, SHOW, SUMMARIZE.")],
             lake: LakeOpt = DEFAULT_LAKE,
             fmt: Annotated[str, typer.Option("--format", help="table, csv, json (one object per line) or "
                                              "parquet (written to --output).")] = "table",
             output: Annotated[Path | None, typer.Option(help="Output file (required for parquet).")] = None):
-        """Run a SQL query on the lake and print the result."""
+        """Run a read-only SQL query on the lake and print the result.
+
+        The query can only read the lake's tables: any statement that is not a query (ATTACH, DETACH,
+        COPY, INSTALL, LOAD, EXPORT, SET, CREATE, ...) is refused before anything runs, DuckDB's
+        external access is off except for the lake's shard files, extensions are neither installed nor
+        loaded, and its configuration is locked. Nothing is written to the lake. Exit status 2 on a
+        refused or failing query, or when --lake is not a lake.
+        """
         import duckdb
 
-        from flows.storage import connect
+        from flows.storage import StorageError, is_lake, read_only_connection, read_only_query
 
         if fmt not in ("table", "csv", "json", "parquet"):
             fail(f"--format must be table, csv, json or parquet, got {fmt!r}")
+        if fmt == "parquet" and output is None:
+            fail("--format parquet needs --output FILE")
         if not lake.exists():
             fail(f"no lake at {lake} (run `steptp run` first, or pass --lake)")
-        con = connect(lake)
+        if not is_lake(lake):
+            fail(f"{lake} is not a lake: it has no catalog.duckdb and no table folder such as programs/ "
+                 "(run `steptp run` first, or pass --lake)")
         try:
-            result = con.sql(query)
-            if result is None:
-                return
-            frame = result.to_arrow_table()
-        except duckdb.Error as e:
+            con = read_only_connection(lake)
+        except (StorageError, duckdb.Error) as e:
             fail(str(e).splitlines()[0])
+        try:
+            result = read_only_query(con, query)
+            frame = None if result is None else result.to_arrow_table()
+        except (StorageError, duckdb.Error) as e:
+            fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
         finally:
             con.close()
-        _print(frame, fmt, output)
+        if frame is not None:
+            _print(frame, fmt, output)
 
 
 def _print(frame, fmt: str, output: Path | None):
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
-    if fmt == "parquet":
-        if output is None:
-            fail("--format parquet needs --output FILE")
+    if fmt == "parquet":  # --output checked by the command
         pq.write_table(frame, output)
         return
     if fmt == "csv":
