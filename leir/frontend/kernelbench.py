@@ -171,6 +171,8 @@ def load_module(path: Path, overrides: dict[str, int | float]):
     module = importlib.util.module_from_spec(spec)
     try:
         exec(compile(tree, str(path), "exec"), module.__dict__)  # noqa: S102 - the user's own problem file
+    except MemoryError:  # the file's memory limit: its record says so (cli/translate.py)
+        raise
     except Exception as e:
         raise ProblemError(f"{path}: the problem file fails to load: {type(e).__name__}: {e}") from None
     for required in ("Model", "get_inputs", "get_init_inputs"):
@@ -235,6 +237,8 @@ def _probe(path: Path, values: dict) -> list[int]:
     try:
         with torch.no_grad():
             model(*inputs)
+    except MemoryError:  # the file's memory limit: its record says so (cli/translate.py)
+        raise
     except Exception as e:
         if "meta" not in str(e):
             raise
@@ -268,6 +272,8 @@ def shrink_constants(path: Path, values: dict, fixed: set[str], limit: int) -> S
         sizes = _probe(path, overrides)
     except ProblemError:
         raise
+    except MemoryError:  # the file's memory limit: its record says so (cli/translate.py)
+        raise
     except Exception as e:
         raise ProblemError(f"{path}: the model does not run with these constants: {type(e).__name__}: {e}") from None
     roots = root_constants(path) - set(fixed)
@@ -298,6 +304,8 @@ def _shrink_step(path, values, roots, overrides, frozen, sizes, limit):
                 trial[name] = _halved(trial.get(name, values[name]), index)
             try:
                 trial_sizes = _probe(path, trial)
+            except MemoryError:  # the file's memory limit: its record says so (cli/translate.py)
+                raise
             except Exception:
                 if len(keys) == 1:
                     frozen.add(keys[0])  # the model needs this value (kernel size, divisibility, heads ...)
@@ -352,6 +360,8 @@ def load_problem(path: str | Path, overrides: dict[str, int | float] | None = No
     torch.manual_seed(0)
     try:
         model, inputs = _instantiate(module)
+    except MemoryError:  # the file's memory limit: its record says so (cli/translate.py)
+        raise
     except Exception as e:
         raise ProblemError(f"{path}: building the model fails: {type(e).__name__}: {e}") from None
     notes += _deterministic(model)
@@ -369,6 +379,8 @@ def load_problem_meta(path: str | Path, overrides: dict[str, int | float] | None
     module = load_module(path, overrides)
     try:
         model, inputs = _instantiate(module, "meta")
+    except MemoryError:  # the file's memory limit: its record says so (cli/translate.py)
+        raise
     except Exception as e:
         raise ProblemError(f"{path}: building the model fails: {type(e).__name__}: {e}") from None
     notes = _deterministic(model)
