@@ -188,7 +188,9 @@ def translate_one(path: Path, assignments: list[str], max_elements: int | None, 
             full, too_large = _own_size(path, overrides, dtype)
             if too_large:
                 max_elements = AUTO_MAX_ELEMENTS
-        problem = load_problem(path, overrides, max_elements, strict=False)
+        # shrinking on its own accord, the instance may shrink --set constants too (the emitted program
+        # keeps them); asked with --max-elements, --set values stay as given
+        problem = load_problem(path, overrides, max_elements, strict=False, shrink_overrides=bool(too_large))
         record["notes"] = problem.notes
         if too_large:
             record["notes"] = [f"the program at the file's own sizes is too large to verify ({too_large}); it is "

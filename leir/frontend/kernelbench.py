@@ -263,11 +263,13 @@ class Shrink:
     largest: int
 
 
-def shrink_constants(path: Path, values: dict, fixed: set[str], limit: int) -> Shrink:
+def shrink_constants(path: Path, values: dict, fixed: set[str], limit: int, start: dict | None = None) -> Shrink:
     """Halve written-out integer constants (largest first; equal ones together, e.g. a batch size and
     a length that must stay equal) until every input has at most `limit` elements, or nothing more
-    can be halved."""
-    overrides = {k: v for k, v in values.items() if k in fixed}
+    can be halved. `values` are the constants to start from; those named in `fixed` keep their
+    value, and `start` gives values that differ from the file's and may shrink (e.g. `--set N=4096`
+    when the file is verified on a shrunk instance of its own accord)."""
+    overrides = {k: v for k, v in values.items() if k in fixed} | dict(start or {})
     try:
         sizes = _probe(path, overrides)
     except ProblemError:
@@ -284,8 +286,7 @@ def shrink_constants(path: Path, values: dict, fixed: set[str], limit: int) -> S
         if step is None:
             break
         current, overrides, sizes = step
-    original = read_constants(path)
-    changed = {k: v for k, v in overrides.items() if k not in fixed and v != original.get(k)}
+    changed = {k: v for k, v in overrides.items() if k not in fixed and v != values.get(k)}
     kept = sorted({k if isinstance(k, str) else k[0] for k in frozen} - set(changed))
     return Shrink(changed, kept, _excess(sizes, limit) == 0, max(sizes, default=0))
 
@@ -335,18 +336,20 @@ def _halved(value, index):
 
 
 def load_problem(path: str | Path, overrides: dict[str, int | float] | None = None,
-                 max_elements: int | None = None, strict: bool = True) -> Problem:
+                 max_elements: int | None = None, strict: bool = True, shrink_overrides: bool = False) -> Problem:
     """Load, override, optionally shrink, then build the model and its example inputs (CPU).
 
     When the inputs cannot be shrunk to `max_elements`, `strict` raises ProblemError; otherwise the
-    problem is built at the smallest size found and `notes` says which constants could not shrink."""
+    problem is built at the smallest size found and `notes` says which constants could not shrink.
+    Overridden constants keep their values unless `shrink_overrides`."""
     path = Path(path)
     overrides = dict(overrides or {})
     constants = read_constants(path, overrides)
     shrunk: dict = {}
     notes: list[str] = []
     if max_elements is not None:
-        result = shrink_constants(path, constants, set(overrides), max_elements)
+        fixed, start = (set(), overrides) if shrink_overrides else (set(overrides), None)
+        result = shrink_constants(path, constants, fixed, max_elements, start)
         shrunk = result.changed
         if not result.reached:
             kept = ", ".join(f"{constant_label(k)}={constants[k]}" for k in result.kept if k in constants) or "none"
