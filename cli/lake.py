@@ -29,8 +29,7 @@ def status(lake: LakeOpt = DEFAULT_LAKE,
         files = shards(lake, name) if (lake / name).exists() else []
         tables[name] = {"shards": len(files), "rows": sum(pq.ParquetFile(f).metadata.num_rows for f in files)}
     releases = sorted(p.name for p in (lake / "releases").glob("v*")) if (lake / "releases").exists() else []
-    last_run, scheduled = (json.loads(p.read_text()) if p.exists() else None
-                           for p in (lake / "last_run.json", lake / SCHEDULED_RUN_LOG))
+    last_run, scheduled = (_log(p) for p in (lake / "last_run.json", lake / SCHEDULED_RUN_LOG))
     info = {"lake": str(lake), "tables": tables, "last_run": last_run, "last_scheduled_run": scheduled,
             "releases": releases}
     if as_json:
@@ -48,6 +47,17 @@ def status(lake: LakeOpt = DEFAULT_LAKE,
     console.print(f"last run: {last_run or '-'}")
     console.print(f"last scheduled run: {escape(scheduled_run_line(scheduled))}")
     console.print(f"releases: {', '.join(releases) or '-'}")
+
+
+def _log(path: Path) -> dict | None:
+    """One of the lake's JSON logs; a damaged one is reported in place of its contents."""
+    if not path.exists():
+        return None
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        return {"message": f"cannot read {path}: {e}"}
+    return value if isinstance(value, dict) else {"message": f"{path}: not a JSON object"}
 
 
 def scheduled_run_line(run: dict | None) -> str:

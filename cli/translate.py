@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from cli.common import ITEM_ERRORS, fail
+from cli.common import ITEM_ERRORS, fail, finite
 
 workloads_app = typer.Typer(help="The catalogue of source programs: list workloads, sample instances.",
                             no_args_is_help=True)
@@ -62,9 +62,10 @@ def translate_files(
     = AtSize.original,
     dtype: Annotated[str | None, typer.Option(help="translate for this float dtype (default: the inputs')")] = None,
     draws: Annotated[int, typer.Option(min=1, help="input draws for the verification")] = 3,
-    timeout: Annotated[float, typer.Option(min=1.0, help="seconds each file may take (loading, tracing, "
-                                           "verifying) before its process is killed and its record says "
-                                           "timeout")] = DEFAULT_TIMEOUT_S,
+    timeout: Annotated[float, typer.Option(callback=finite, min=1.0,
+                                           help="seconds each file may take (loading, tracing, verifying) before "
+                                                "its process is killed and its record says timeout")]
+    = DEFAULT_TIMEOUT_S,
     memory: Annotated[int, typer.Option(min=64, help="MiB of resident memory each file's process may use beyond "
                                         "what it starts with (PyTorch and TVM imported) before it is killed and "
                                         "its record says memory")] = DEFAULT_MEMORY_MB,
@@ -325,7 +326,7 @@ def _span_text(values: list[int]) -> str:
 def sample_workload(
     name: Annotated[str, typer.Argument(help="workload name (see `steptp workloads list`)")],
     seed: Annotated[int, typer.Option(help="sampling seed")] = 0,
-    count: Annotated[int, typer.Option(help="number of instances")] = 1,
+    count: Annotated[int, typer.Option(min=1, help="number of instances")] = 1,
     profile: Annotated[str, typer.Option(help="shape profile: tiny, default or release "
                                                "(workloads/shapes.py)")] = "default",
     leir: Annotated[bool, typer.Option("--leir", help="also translate each instance to LEIR")] = False,

@@ -83,7 +83,9 @@ def _arithmetic(node, known: dict):
 
 def _parse(path: Path) -> ast.Module:
     try:
-        tree = ast.parse(path.read_text(), filename=str(path))
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except UnicodeDecodeError as e:
+        raise ProblemError(f"cannot read {path}: not UTF-8 text (offset {e.start})") from None
     except (OSError, SyntaxError) as e:
         raise ProblemError(f"{path}: cannot read the problem file: {e}") from None
     tree.body = [part for stmt in tree.body for part in _split_assignment(stmt)]
