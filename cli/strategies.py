@@ -102,16 +102,25 @@ def register(app: typer.Typer) -> None:
     def sites(file: Annotated[str, typer.Argument(help="File with one LEIR program ('-' for stdin).")],
               signature: Annotated[Path, typer.Option("--signature", "-s", help="Signature JSON.")],
               target: Annotated[str, typer.Option(help="llvm (CPU) or cuda.")] = "llvm"):
-        """Which strategies apply where, without applying: one JSON line per strategy with legal sites."""
+        """Which strategies apply where, without applying: one JSON line per strategy with legal sites.
+        A strategy that raises on the program prints one line {"strategy", "error", "exception"} and
+        the others go on; exit status 1 when one did."""
         from strategies.base import Context
         from strategies.registry import registered
 
         ctx = Context(_read_program(file), load_signature(signature), target)
+        errors = 0
         for s in registered():
-            found = s.legal_sites(ctx)
-            if found:
-                typer.echo(json.dumps({"strategy": s.name, "level": s.level,
-                                       "sites": [x.to_json() for x in found]}))
+            try:
+                found = s.legal_sites(ctx)
+                rows = [x.to_json() for x in found]
+            except ITEM_ERRORS as e:  # one strategy's failure on this program must not hide the others
+                typer.echo(json.dumps({"strategy": s.name} | item_error(None, e)))
+                errors += 1
+                continue
+            if rows:
+                typer.echo(json.dumps({"strategy": s.name, "level": s.level, "sites": rows}))
+        raise typer.Exit(1 if errors else 0)
 
 
 def _apply_program(program, sig, chosen, options, head: dict) -> tuple[int, int]:
