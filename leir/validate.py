@@ -189,20 +189,14 @@ def _shape_problems(program: Program, sites: list[StmtSite], signature: Signatur
                 continue
             # The same subscripts as lowering checks (leir.lower.check), with the same ranges: a
             # program that passes here is not refused there for an access out of bounds.
-            if acc is lhs and info.known:
-                found = subscript_overflow(acc, bounds, info.shape)
-                if found is not None:
-                    d, (lo, hi) = found
-                    problems.append(_at(site, "write-out-of-range", f"writes {acc.tensor} at subscript "
-                                        f"{d + 1} = {format_expr(acc.indices[d])} in {lo}..{hi}, outside "
-                                        f"0..{info.shape[d] - 1}"))
-            elif id(acc) in unguarded:
-                found = subscript_overflow(acc, bounds, info.shape)
-                if found is not None:
-                    d, (lo, hi) = found
-                    problems.append(_at(site, "subscript-out-of-range", f"reads {acc.tensor} at subscript "
-                                        f"{d + 1} = {format_expr(acc.indices[d])} in {lo}..{hi} over the loop "
-                                        f"ranges, outside 0..{info.shape[d] - 1}"))
+            writes = acc is lhs and info.known
+            found = subscript_overflow(acc, bounds, info.shape) if writes or id(acc) in unguarded else None
+            if found is not None:
+                d, (lo, hi) = found
+                code, what = ("write-out-of-range", "writes") if writes else ("subscript-out-of-range", "reads")
+                problems.append(_at(site, code, f"{what} {acc.tensor} at subscript {d + 1} = "
+                                    f"{format_expr(acc.indices[d])} in {lo}..{hi} over the loop ranges, outside "
+                                    f"0..{info.shape[d] - 1}"))
     return _dedupe(problems)
 
 

@@ -132,3 +132,18 @@ def test_option_values_are_refused_at_the_boundary(option):
 
     result = CliRunner().invoke(app, ["translate", str(PROBLEMS / "19_ReLU.py"), *option])
     assert result.exit_code == 2 and result.stdout.strip() == "" and "Traceback" not in result.output
+
+
+@pytest.mark.slow
+def test_a_batch_of_200_files_with_four_hostile_ones_gives_204_records(tmp_path):
+    """The issue's done-when, through `benchmarks/bench_translate_batch.py`: 204 records in order, the
+    four hostile files with their causes, within the time limits (the hang costs one)."""
+    sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
+    from bench_translate_batch import check, make_batch, run_batch
+
+    files, causes = make_batch(tmp_path, 200)
+    records, wall, code = run_batch(files, timeout=60, memory=2048, workers=2)
+    assert len(files) == len(records) == 204 and code == 1
+    assert check(files, causes, records) == []
+    assert sum(r["ok"] for r in records) >= 190
+    assert wall < 60 + 204 * 10  # nothing waited on the hanging file but its own worker
