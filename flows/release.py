@@ -23,7 +23,7 @@ from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
 from flows.config import Params  # noqa: E402
 from flows.storage import read_table, release_inputs, strategy_coverage  # noqa: E402
-from flows.tasks import console  # noqa: E402
+from flows.tasks import say  # noqa: E402
 
 SPLITS = ("train", "test")
 SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)$")
@@ -404,8 +404,8 @@ def release_flow(raw: dict, profile: str, lake: str, reports: str, version: str 
     if out.exists():  # the same changed data, released as a development version before
         return result | {"unchanged": True}
     make_release(lake, dev, *inputs, development_of=version)
-    console.print(f"[bold]release[/]: v{version} exists with other contents; wrote the development release "
-                  f"v{dev} beside it (to publish, set release.version in params.yaml to a new version)")
+    say(f"[bold]release[/]: v{version} exists with other contents; wrote the development release v{dev} beside it "
+        "(to publish, set release.version in params.yaml to a new version)")
     return result
 
 
