@@ -188,3 +188,33 @@ def test_eval_scores_a_long_valid_answer(n):
     row = result.to_json()
     assert row["status"] == "exact" and row["format_pass"] and row["equal_pass"], row
     assert row["strategy_label_pass"], row
+
+
+def test_the_commands_of_the_issue_answer_deep_programs(tmp_path):
+    """`leir fmt` went on past a deep line only in the README, `leir hash` and `sites` raised
+    RecursionError: every line gets its answer now, and `sites` reports a strategy that fails on the
+    program (the sympy-based ones, which still recurse: strategies/sympy_bridge.py) as one JSON line."""
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    flat = format_program(build(("chain", ["+"], DEEP)))
+    deep = format_program(build(("nest", ["exp", "neg"], DEEP)))
+    short = format_program(build(("chain", ["*"], 3)))
+    programs = tmp_path / "programs.leir"
+    programs.write_text("\n".join([flat, deep, short]) + "\n")
+    signature = tmp_path / "sig.json"
+    signature.write_text(json.dumps(SIG.to_json()))
+    runner = CliRunner()
+    fmt = runner.invoke(app, ["leir", "fmt", str(programs)])
+    assert fmt.exit_code == 0 and fmt.stdout.splitlines() == [flat, deep, short]
+    hashes = runner.invoke(app, ["leir", "hash", "-s", str(signature), str(programs)])
+    assert hashes.exit_code == 0 and len(set(hashes.stdout.split())) == 3
+    check = runner.invoke(app, ["leir", "check", "-s", str(signature), str(programs)])
+    assert check.exit_code == 0 and [json.loads(x)["ok"] for x in check.stdout.splitlines()] == [True] * 3
+    one = tmp_path / "flat.leir"
+    one.write_text(flat)
+    sites = runner.invoke(app, ["sites", str(one), "-s", str(signature)])
+    rows = [json.loads(x) for x in sites.stdout.splitlines()]
+    assert sites.exit_code in (0, 1) and (sites.exception is None or isinstance(sites.exception, SystemExit))
+    assert any("sites" in r for r in rows) and all("sites" in r or r["exception"]["type"] for r in rows)
