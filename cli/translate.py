@@ -117,13 +117,35 @@ def translate_files(
 
 
 def _warm_imports() -> None:
-    """What every file's process needs, imported once here so that each fork starts warm (PyTorch,
-    the frontend, TVM through the verifier). Nothing here starts a thread pool: no kernel runs here."""
-    import torch  # noqa: F401
+    """What every file's process needs, made ready once here so that each fork starts warm: PyTorch,
+    the frontend, TVM through the verifier, the LEIR parsers' tables, and the modules PyTorch imports
+    only when a model is first traced (about a second per process otherwise), by translating a small
+    model on the meta device. Nothing here runs a kernel or starts a thread pool (forking a process
+    whose thread pools run is unsafe); tqdm's monitor thread, which tracing would start, is off."""
+    import torch
 
     import gpu_tasks.verify  # noqa: F401
-    import leir.frontend  # noqa: F401
     import leir.frontend.kernelbench  # noqa: F401
+    from leir.frontend import translate
+    from leir.parse import _fast_parser, spec_parser
+
+    try:
+        import tqdm
+
+        tqdm.tqdm.monitor_interval = 0
+    except ImportError:
+        pass
+    _fast_parser("start")
+    spec_parser("start")
+
+    class Warm(torch.nn.Module):
+        def forward(self, x, y):
+            return torch.softmax(torch.relu(x @ y) * 0.5, dim=1).sum(dim=0)
+
+    try:
+        translate(Warm(), [torch.empty(4, 4, device="meta"), torch.empty(4, 4, device="meta")])
+    except Exception:  # only an optimisation: each file's process imports what it needs anyway
+        pass
 
 
 # --- in the file's own process --------------------------------------------------------------------
