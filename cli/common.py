@@ -1,5 +1,6 @@
-"""What the command groups share: reading FILE or stdin line by line, loading a signature, failing
-with a one-line message and exit code 2, and `FILE:LINE:COL: error: ...` for syntax errors."""
+"""What the command groups share: reading FILE or stdin (`read_text`, the one reader of every command's
+input files), line by line, loading a signature, failing with a one-line message and exit code 2, and
+`FILE:LINE:COL: error: ...` for syntax errors."""
 from __future__ import annotations
 
 import json
@@ -31,27 +32,48 @@ SignatureOpt = Annotated[Path, typer.Option("--signature", "-s", help="Signature
                                             '({"tensors": [{"name", "shape", "dtype", "role"}, ...]}).')]
 
 
+def read_text(file: str | Path) -> tuple[str, str]:
+    """(display name, text) of FILE, or of standard input for '-': the one way every command reads its
+    input files. A file that cannot be read, or that is not UTF-8 text, ends the command with
+    `error: cannot read FILE: REASON` and exit status 2 (never a traceback)."""
+    name = "<stdin>" if str(file) == "-" else str(file)
+    try:
+        if str(file) != "-":
+            data = Path(file).read_bytes()
+        elif hasattr(sys.stdin, "buffer"):
+            data = sys.stdin.buffer.read()
+        else:  # a text stream without bytes underneath (already decoded)
+            return name, sys.stdin.read()
+        return name, data.decode("utf-8")
+    except OSError as e:
+        fail(f"cannot read {name}: {e.strerror or e}")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        fail(f"cannot read {name}: not UTF-8 text (byte 0x{data[e.start]:02x} on line {line}, offset {e.start})")
+
+
 def read_lines(file: str) -> tuple[str, Iterator[tuple[int, str]]]:
     """(display name, iterator of (line number, text)) over the non-blank lines of FILE or stdin."""
-    if file == "-":
-        name, lines = "<stdin>", sys.stdin.read().splitlines()
-    else:
-        path = Path(file)
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as e:
-            fail(f"cannot read {file}: {e}")
-        name = file
-    return name, ((i, line) for i, line in enumerate(lines, start=1) if line.strip())
+    name, text = read_text(file)
+    return name, ((i, line) for i, line in enumerate(text.splitlines(), start=1) if line.strip())
 
 
 def load_signature(path: Path) -> Signature:
+    _, text = read_text(path)
     try:
-        return Signature.from_json(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        fail(f"cannot read signature {path}: {e}")
+        return Signature.from_json(text)
     except SignatureError as e:
         fail(f"{path}: {e}")
+
+
+def finite(value: float | None) -> float | None:
+    """Typer callback of float options: NaN and infinities are not numbers of seconds or shares
+    (click's range check lets NaN through, since every comparison with it is false)."""
+    import math
+
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number")
+    return value
 
 
 def fail(message: str, code: int = 2):
@@ -68,10 +90,7 @@ def syntax_message(file: str, lineno: int, err: LeirSyntaxError) -> str:
 def program_batch(path: str) -> Iterator[dict]:
     """The lines of a program batch (JSON Lines `{"id", "signature", "leir"}`, "-" for stdin):
     `{"id", "line", "job": (leir, signature)}` per good line, `{"id", "error"}` per bad one."""
-    try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        fail(f"cannot read {path}: {e}")
+    _, text = read_text(path)
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue

@@ -24,6 +24,7 @@ from typing import Annotated
 
 import typer
 
+from cli.common import finite, read_text
 from cli.lake import DEFAULT_LAKE, LakeOpt
 
 EXIT_OK, EXIT_USAGE = 0, 2
@@ -50,10 +51,11 @@ def evaluate_command(
         no_time: Annotated[bool, typer.Option("--no-time", help="Skip timing (speedup_pass is null).")] = False,
         draws: Annotated[int, typer.Option(min=1, help="Seeded input draws per answer.")] = 3,
         seed: Annotated[int, typer.Option(help="Seed of the input draws.")] = 0,
-        timeout: Annotated[float, typer.Option(min=0.1, help="Seconds per verification before timeout.")] = 60.0,
+        timeout: Annotated[float, typer.Option(callback=finite, min=0.1,
+                                               help="Seconds per verification before timeout.")] = 60.0,
         repeats: Annotated[int, typer.Option(min=3, help="Timing samples per side.")] = 7,
         min_repeat_ms: Annotated[int, typer.Option(min=1, help="Minimum length of one timing sample.")] = 50,
-        speedup_margin: Annotated[float, typer.Option(
+        speedup_margin: Annotated[float, typer.Option(callback=finite,
             min=0.0, help="speedup_pass needs a speedup above 1 + this margin.")] = 0.05,
         label_cap: Annotated[int, typer.Option(
             min=1, help="At most this many transformations tried per strategy label check.")] = 500):
@@ -83,32 +85,29 @@ def evaluate_command(
 
 
 def _inputs(predictions_file, split, predictions, published, lake) -> list:
-    from evaluation.inputs import lake_predictions, read_predictions
-    from evaluation.published import published_predictions
+    from evaluation.inputs import lake_predictions, parse_predictions
+    from evaluation.published import published_from_text
     from flows.storage import split_sources
 
     modes = [predictions_file is not None, split is not None or predictions is not None, published is not None]
     if sum(modes) != 1:
         _usage("give PREDICTIONS.jsonl, or --split SPLIT --predictions FILE, or --published FILE")
-    try:
-        if predictions_file is not None:
-            return read_predictions(predictions_file)
-        if published is not None:
-            return published_predictions(published)
-        if split is None or predictions is None:
-            _usage("--split and --predictions go together")
-        if not (lake / "samples").exists():
-            _usage(f"{lake}: no samples table (build the lake first, or give --lake)")
-        rows = []
-        for text in predictions.read_text(encoding="utf-8").splitlines():
-            if text.strip():
-                try:
-                    rows.append(json.loads(text))
-                except json.JSONDecodeError:
-                    rows.append(None)  # reported as a malformed line
-        return lake_predictions(split_sources(lake, split), rows, split)
-    except (OSError, UnicodeDecodeError) as e:
-        _usage(f"cannot read the input: {e}")
+    if predictions_file is not None:
+        return parse_predictions(read_text(predictions_file)[1])
+    if published is not None:
+        return published_from_text(read_text(published)[1])
+    if split is None or predictions is None:
+        _usage("--split and --predictions go together")
+    if not (lake / "samples").exists():
+        _usage(f"{lake}: no samples table (build the lake first, or give --lake)")
+    rows = []
+    for text in read_text(predictions)[1].splitlines():
+        if text.strip():
+            try:
+                rows.append(json.loads(text))
+            except (json.JSONDecodeError, RecursionError):
+                rows.append(None)  # reported as a malformed line
+    return lake_predictions(split_sources(lake, split), rows, split)
 
 
 def _run(lines: list, options, workers: int, timeout: float) -> list:

@@ -29,8 +29,7 @@ def status(lake: LakeOpt = DEFAULT_LAKE,
         files = shards(lake, name) if (lake / name).exists() else []
         tables[name] = {"shards": len(files), "rows": sum(pq.ParquetFile(f).metadata.num_rows for f in files)}
     releases = sorted(p.name for p in (lake / "releases").glob("v*")) if (lake / "releases").exists() else []
-    last_run, scheduled = (json.loads(p.read_text()) if p.exists() else None
-                           for p in (lake / "last_run.json", lake / SCHEDULED_RUN_LOG))
+    last_run, scheduled = (_log(p) for p in (lake / "last_run.json", lake / SCHEDULED_RUN_LOG))
     info = {"lake": str(lake), "tables": tables, "last_run": last_run, "last_scheduled_run": scheduled,
             "releases": releases}
     if as_json:
@@ -48,6 +47,17 @@ def status(lake: LakeOpt = DEFAULT_LAKE,
     console.print(f"last run: {last_run or '-'}")
     console.print(f"last scheduled run: {escape(scheduled_run_line(scheduled))}")
     console.print(f"releases: {', '.join(releases) or '-'}")
+
+
+def _log(path: Path) -> dict | None:
+    """One of the lake's JSON logs; a damaged one is reported in place of its contents."""
+    if not path.exists():
+        return None
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        return {"message": f"cannot read {path}: {e}"}
+    return value if isinstance(value, dict) else {"message": f"{path}: not a JSON object"}
 
 
 def scheduled_run_line(run: dict | None) -> str:
@@ -72,40 +82,54 @@ def register(app: typer.Typer) -> None:
 
     @app.command("sql")
     def sql(query: Annotated[str, typer.Argument(help="A DuckDB query over the lake's views (programs, steps, "
-                                                 "verifications, timings, samples, tokens, steps_verified).")],
+                                                 "verifications, timings, samples, tokens, steps_verified, "
+                                                 "steps_all). Queries only: SELECT, FROM, WITH, VALUES, "
+                                                 "DESCRIBE, SHOW, SUMMARIZE.")],
             lake: LakeOpt = DEFAULT_LAKE,
             fmt: Annotated[str, typer.Option("--format", help="table, csv, json (one object per line) or "
                                              "parquet (written to --output).")] = "table",
             output: Annotated[Path | None, typer.Option(help="Output file (required for parquet).")] = None):
-        """Run a SQL query on the lake and print the result."""
+        """Run a read-only SQL query on the lake and print the result.
+
+        The query can only read the lake's tables: any statement that is not a query (ATTACH, DETACH,
+        COPY, INSTALL, LOAD, EXPORT, SET, CREATE, ...) is refused before anything runs, DuckDB's
+        external access is off except for the lake's shard files, extensions are neither installed nor
+        loaded, and its configuration is locked. Nothing is written to the lake. Exit status 2 on a
+        refused or failing query, or when --lake is not a lake.
+        """
         import duckdb
 
-        from flows.storage import connect
+        from flows.storage import StorageError, is_lake, read_only_connection, read_only_query
 
         if fmt not in ("table", "csv", "json", "parquet"):
             fail(f"--format must be table, csv, json or parquet, got {fmt!r}")
+        if fmt == "parquet" and output is None:
+            fail("--format parquet needs --output FILE")
         if not lake.exists():
             fail(f"no lake at {lake} (run `steptp run` first, or pass --lake)")
-        con = connect(lake)
+        if not is_lake(lake):
+            fail(f"{lake} is not a lake: it has no catalog.duckdb and no table folder such as programs/ "
+                 "(run `steptp run` first, or pass --lake)")
         try:
-            result = con.sql(query)
-            if result is None:
-                return
-            frame = result.to_arrow_table()
-        except duckdb.Error as e:
+            con = read_only_connection(lake)
+        except (StorageError, duckdb.Error) as e:
             fail(str(e).splitlines()[0])
+        try:
+            result = read_only_query(con, query)
+            frame = None if result is None else result.to_arrow_table()
+        except (StorageError, duckdb.Error) as e:
+            fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
         finally:
             con.close()
-        _print(frame, fmt, output)
+        if frame is not None:
+            _print(frame, fmt, output)
 
 
 def _print(frame, fmt: str, output: Path | None):
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
-    if fmt == "parquet":
-        if output is None:
-            fail("--format parquet needs --output FILE")
+    if fmt == "parquet":  # --output checked by the command
         pq.write_table(frame, output)
         return
     if fmt == "csv":

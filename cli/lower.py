@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from cli.common import ITEM_ERRORS, Form, fail, item_error, load_signature, program_batch
+from cli.common import ITEM_ERRORS, Form, fail, item_error, load_signature, program_batch, read_text
 
 
 class Target(StrEnum):
@@ -19,16 +19,6 @@ class Target(StrEnum):
 class Emit(StrEnum):
     tir = "tir"
     cuda = "cuda"
-
-
-def _read_text(file: str) -> tuple[str, str]:
-    """(display name, text) of FILE, or of stdin for '-'."""
-    if file == "-":
-        return "<stdin>", sys.stdin.read()
-    try:
-        return file, Path(file).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        fail(f"cannot read {file}: {e}")
 
 
 def lower_command(
@@ -72,7 +62,7 @@ def lower_command(
     from leir.parse import parse_program
 
     sig = load_signature(signature)
-    name, text = _read_text(file)
+    name, text = read_text(file)
     try:
         program = parse_program(text)
     except LeirSyntaxError as e:

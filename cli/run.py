@@ -10,13 +10,35 @@ from typing import Annotated
 import typer
 
 from cli.common import fail
-from flows.config import ROOT, load_params
+from flows.config import PARAMS, ROOT
 
 STAGE_NAMES = ("generate", "transform", "verify", "filter", "tokens", "measure", "cost_model", "search", "report",
                "validate", "release")
 ProfileOpt = Annotated[str | None, typer.Option(help="Profile of params.yaml (default: its `profile`).")]
 LakeOpt = Annotated[Path, typer.Option(help="The lake folder.")]
 ReportsOpt = Annotated[Path, typer.Option(help="Where reports (JSON metrics, PNG plots) go.")]
+
+
+def _params(profile: str | None):
+    """params.yaml with the chosen profile; one line and exit 2 when it cannot be read or has no such
+    profile."""
+    import yaml
+
+    from cli.common import read_text
+    from flows.config import Params
+
+    _, text = read_text(PARAMS)
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        fail(f"{PARAMS}: not YAML: {' '.join(str(e).split())}")
+    profiles = raw.get("profiles") if isinstance(raw, dict) else None
+    if not isinstance(profiles, dict):
+        fail(f"{PARAMS}: no profiles")
+    name = profile or raw.get("profile", "default")
+    if name not in profiles:
+        fail(f"unknown profile {name!r}; {PARAMS.name} has {', '.join(profiles)}")
+    return Params(raw, name)
 
 
 def _task_runner(runner: str, address: str | None, workers: int = 2):
@@ -38,7 +60,7 @@ def register(app: typer.Typer) -> None:
             address: Annotated[str | None, typer.Option(help="Dask scheduler, e.g. tcp://host:8786 "
                                                         "(with --runner dask; default: a local cluster).")]
             = None,
-            workers: Annotated[int, typer.Option(help="Worker processes of the local Dask cluster (with "
+            workers: Annotated[int, typer.Option(min=1, help="Worker processes of the local Dask cluster (with "
                                                       "--runner dask and no --address).")] = 2,
             stop_after: Annotated[str, typer.Option(help="Last stage to run.")] = "release",
             lake: LakeOpt = Path("lake"), reports: ReportsOpt = Path("reports")):
@@ -47,7 +69,7 @@ def register(app: typer.Typer) -> None:
         where it stopped."""
         if stop_after not in STAGE_NAMES:
             fail(f"--stop-after must be one of {', '.join(STAGE_NAMES)}")
-        params = load_params(profile=profile)
+        params = _params(profile)
         from flows.prefect_env import local_server
 
         with local_server():
@@ -71,7 +93,7 @@ def register(app: typer.Typer) -> None:
         """Run one stage as a Prefect flow (what each DVC stage in dvc.yaml calls)."""
         if name not in STAGE_NAMES:
             fail(f"unknown stage {name!r}; stages: {', '.join(STAGE_NAMES)}")
-        params = load_params(profile=profile)
+        params = _params(profile)
         from flows.prefect_env import local_server
 
         with local_server():
@@ -119,7 +141,7 @@ def register(app: typer.Typer) -> None:
             parse_version(version)
         except ReleaseError as e:
             fail(str(e))
-        params = load_params(profile=profile)
+        params = _params(profile)
         from flows.prefect_env import local_server
 
         with local_server():
@@ -147,8 +169,9 @@ def register(app: typer.Typer) -> None:
     def serve(cron: Annotated[str, typer.Option(help="Cron schedule of the nightly build, e.g. \"0 3 * * *\" "
                                                 "(03:00 UTC) or \"* * * * *\" (every minute).")] = "0 3 * * *",
               name: Annotated[str, typer.Option(help="Deployment name.")] = "steptp-nightly",
-              port: Annotated[int | None, typer.Option(help="Port of the local Prefect server and its UI "
-                                                       "(default: a free one; ignored with PREFECT_API_URL).")]
+              port: Annotated[int | None, typer.Option(min=1, max=65535,
+                                                       help="Port of the local Prefect server and its UI (default: "
+                                                            "a free one; ignored with PREFECT_API_URL).")]
               = None):
         """Serve the nightly build on a schedule until Ctrl-C: `dvc repro` (only what changed is
         recomputed), then, when the release tables changed and the gate passed, the next release

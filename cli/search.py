@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from cli.common import fail, load_signature
+from cli.common import fail, finite, load_signature, read_text
 
 
 class Driver(StrEnum):
@@ -46,12 +46,12 @@ def search_command(
             help="library (ordered legal actions), random (seeded), or llm (OpenAI-compatible endpoint: "
                  "STEPTP_LLM_BASE_URL, STEPTP_LLM_MODEL, STEPTP_LLM_API_KEY).")] = PolicyName.library,
         budget: Annotated[int, typer.Option(min=1, help="States verified (and timed) at most.")] = 16,
-        wall: Annotated[float, typer.Option(min=1.0, help="Wall-time budget in seconds.")] = 600.0,
+        wall: Annotated[float, typer.Option(callback=finite, min=1.0, help="Wall-time budget in seconds.")] = 600.0,
         seed: Annotated[int, typer.Option(help="Seed of every random choice.")] = 0,
         depth: Annotated[int, typer.Option(min=1, help="Longest trajectory.")] = 4,
         branching: Annotated[int, typer.Option(min=1, help="Children per expanded state.")] = 4,
         width: Annotated[int, typer.Option(min=1, help="Beam width.")] = 2,
-        ucb: Annotated[float, typer.Option(min=0.0, help="MCTS exploration constant.")] = 1.4,
+        ucb: Annotated[float, typer.Option(callback=finite, min=0.0, help="MCTS exploration constant.")] = 1.4,
         iterations: Annotated[int, typer.Option(min=1, help="MCTS iterations.")] = 64,
         target: Annotated[str, typer.Option(help="llvm (CPU) or cuda (needs a GPU).")] = "llvm",
         repeats: Annotated[int, typer.Option(min=3, help="Timing samples per side.")] = 5,
@@ -75,7 +75,7 @@ def search_command(
     from search.drivers import Budget, DriverConfig
 
     sig = load_signature(signature)
-    text = sys.stdin.read() if file == "-" else _read(file)
+    _, text = read_text(file)
     try:
         program = parse_program(text.strip())
     except LeirError as e:
@@ -118,13 +118,6 @@ def _prior(path: Path | None):
         return PriorModel.load(path)
     except ValueError as e:
         fail(str(e))
-
-
-def _read(file: str) -> str:
-    try:
-        return Path(file).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        fail(f"cannot read {file}: {e}")
 
 
 def _print(result: dict) -> None:

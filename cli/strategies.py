@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from cli.common import ITEM_ERRORS, fail, item_error, load_signature, program_batch
+from cli.common import ITEM_ERRORS, fail, finite, item_error, load_signature, program_batch, read_text
 
 strategies_app = typer.Typer(help="The 43 atomic strategies.", no_args_is_help=True)
 
@@ -17,18 +17,11 @@ def _read_program(file: str):
     from leir.errors import LeirSyntaxError
     from leir.parse import parse_program
 
-    text = typer.get_text_stream("stdin").read() if file == "-" else _read(file)
+    name, text = read_text(file)
     try:
         return parse_program(text)
     except LeirSyntaxError as e:
-        fail(f"{'<stdin>' if file == '-' else file}:{e.line}:{e.column}: {e.message()}")
-
-
-def _read(file: str) -> str:
-    try:
-        return Path(file).read_text(encoding="utf-8")
-    except OSError as e:
-        fail(f"cannot read {file}: {e}")
+        fail(f"{name}:{e.line}:{e.column}: {e.message()}")
 
 
 @strategies_app.command("list")
@@ -65,14 +58,14 @@ def register(app: typer.Typer) -> None:
               signature: Annotated[Path | None, typer.Option("--signature", "-s", help="Signature JSON.")] = None,
               target: Annotated[str, typer.Option(help="llvm (CPU) or cuda.")] = "llvm",
               seed: Annotated[int, typer.Option(help="Seed for choosing among transformations with --max.")] = 0,
-              max_: Annotated[int | None, typer.Option("--max", help="At most N transformations per strategy "
+              max_: Annotated[int | None, typer.Option("--max", min=1, help="At most N transformations per strategy "
                                                        "(a seeded, deterministic choice).")] = None,
               cot: Annotated[bool, typer.Option(help="Include the chain of thought.")] = True,
               extensions: Annotated[bool, typer.Option(help="Allow results that use this project's extensions of "
                                                        "the published LEIR format (fast_exp); "
                                                        "--no-extensions: the published format only, as "
                                                        "released data.")] = True,
-              rounding_share: Annotated[float | None, typer.Option(
+              rounding_share: Annotated[float | None, typer.Option(callback=finite, min=0.0,
                   help="The share of the dtype's tolerance the program's own rounding uses against its "
                        "float64 reference (the programs table's rounding_share): above 0.2 no "
                        "reassociating step is proposed, as in the pipeline.")] = None,
@@ -109,16 +102,25 @@ def register(app: typer.Typer) -> None:
     def sites(file: Annotated[str, typer.Argument(help="File with one LEIR program ('-' for stdin).")],
               signature: Annotated[Path, typer.Option("--signature", "-s", help="Signature JSON.")],
               target: Annotated[str, typer.Option(help="llvm (CPU) or cuda.")] = "llvm"):
-        """Which strategies apply where, without applying: one JSON line per strategy with legal sites."""
+        """Which strategies apply where, without applying: one JSON line per strategy with legal sites.
+        A strategy that raises on the program prints one line {"strategy", "error", "exception"} and
+        the others go on; exit status 1 when one did."""
         from strategies.base import Context
         from strategies.registry import registered
 
         ctx = Context(_read_program(file), load_signature(signature), target)
+        errors = 0
         for s in registered():
-            found = s.legal_sites(ctx)
-            if found:
-                typer.echo(json.dumps({"strategy": s.name, "level": s.level,
-                                       "sites": [x.to_json() for x in found]}))
+            try:
+                found = s.legal_sites(ctx)
+                rows = [x.to_json() for x in found]
+            except ITEM_ERRORS as e:  # one strategy's failure on this program must not hide the others
+                typer.echo(json.dumps({"strategy": s.name} | item_error(None, e)))
+                errors += 1
+                continue
+            if rows:
+                typer.echo(json.dumps({"strategy": s.name, "level": s.level, "sites": rows}))
+        raise typer.Exit(1 if errors else 0)
 
 
 def _apply_program(program, sig, chosen, options, head: dict) -> tuple[int, int]:
@@ -278,14 +280,15 @@ def pool_verifier(workers: int, timeout_s: float, target: str = "llvm", draws: i
 
 
 @strategies_app.command("survey")
-def survey_(programs: Annotated[int, typer.Option("--programs", help="Catalogue originals to sample.")] = 40,
+def survey_(programs: Annotated[int, typer.Option("--programs", min=1, help="Catalogue originals to sample.")] = 40,
             as_json: Annotated[bool, typer.Option("--json", help="One JSON object instead of the table.")] = False,
-            cap: Annotated[int, typer.Option(help="Applications verified per program and strategy.")] = 2,
-            per_site: Annotated[int, typer.Option(help="Parameter variants per site.")] = 2,
-            inline_cap: Annotated[int, typer.Option(help="compute_inline results per program for the "
+            cap: Annotated[int, typer.Option(min=1, help="Applications verified per program and strategy.")] = 2,
+            per_site: Annotated[int, typer.Option(min=1, help="Parameter variants per site.")] = 2,
+            inline_cap: Annotated[int, typer.Option(min=0, help="compute_inline results per program for the "
                                                     "mathematical strategies.")] = 2,
-            workers: Annotated[int, typer.Option(help="Verification worker processes.")] = 2,
-            timeout_s: Annotated[float, typer.Option(help="Time limit per verification.")] = 60.0,
+            workers: Annotated[int, typer.Option(min=1, help="Verification worker processes.")] = 2,
+            timeout_s: Annotated[float, typer.Option(callback=finite, min=0.1,
+                                                     help="Time limit per verification.")] = 60.0,
             seed: Annotated[int, typer.Option(help="Seed of the program sample and application choice.")] = 0,
             dtype: Annotated[str, typer.Option(help="dtype of the sampled programs (float32, float16, bfloat16, "
                                                     "float64), where the workload offers it.")] = "float32",

@@ -3,13 +3,12 @@ lowerings (issues 7, 13)."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from cli.common import fail, load_signature, program_batch
+from cli.common import fail, load_signature, program_batch, read_text
 
 BATCH_KEYS = ("id", "leir_tokens", "tensorir_tokens", "tir_tokens", "cuda_tokens", "error")
 
@@ -19,7 +18,7 @@ def tokens_command(
     signature: Annotated[Path | None, typer.Option("--signature", "-s", help="Signature JSON of FILE.")] = None,
     batch: Annotated[str | None, typer.Option(help='JSONL file (or "-"), one {"id", "signature", "leir"} '
                                               "per line.")] = None,
-    workers: Annotated[int, typer.Option(help="Programs lowered at once, on threads (helps only with idle "
+    workers: Annotated[int, typer.Option(min=1, help="Programs lowered at once, on threads (helps only with idle "
                                          "cores: the lowering mostly holds the GIL).")] = 1,
 ):
     """Count tokens (Qwen2.5/Qwen3 vocabulary) of the canonical LEIR, the TVMScript of its lowering in
@@ -49,7 +48,7 @@ def run_single(file: str, signature: Path) -> int:
     from leir.parse import parse_program
 
     sig = load_signature(signature)
-    name, text = _read_text(file)
+    name, text = read_text(file)
     try:
         parse_program(text)
     except LeirSyntaxError as e:
@@ -61,16 +60,6 @@ def run_single(file: str, signature: Path) -> int:
         typer.echo(f"error: {counts['error']}", err=True)
         return 2
     return 0
-
-
-def _read_text(file: str) -> tuple[str, str]:
-    """(display name, text) of FILE, or of stdin for '-'."""
-    if file == "-":
-        return "<stdin>", sys.stdin.read()
-    try:
-        return file, Path(file).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        fail(f"cannot read {file}: {e}")
 
 
 def run_batch(path: str, workers: int) -> int:

@@ -21,7 +21,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from cli.common import ITEM_ERRORS, Form
+from cli.common import ITEM_ERRORS, Form, finite, read_lines, read_text
 
 EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -61,7 +61,7 @@ def verify(batch: BatchOpt = None, signature: SignatureOpt = None, before: Befor
                                                 help="Worker processes (0: one per core).")] = 0,
            draws: Annotated[int, typer.Option(min=1, help="Seeded input draws per pair.")] = 3,
            seed: Annotated[int, typer.Option(help="Seed of the input draws.")] = 0,
-           timeout: Annotated[float, typer.Option(min=0.1, help="Seconds per pair before it is "
+           timeout: Annotated[float, typer.Option(callback=finite, min=0.1, help="Seconds per pair before it is "
                                                   "reported as timeout.")] = 60.0,
            tolerances: Annotated[Path | None, typer.Option(
                help="YAML or JSON {dtype: {max_abs, max_rel, rel_l2}} overriding the default table "
@@ -94,7 +94,7 @@ def time_pairs(batch: BatchOpt = None, signature: SignatureOpt = None, before: B
                after: AfterArg = None, target: TargetOpt = "llvm", arch: ArchOpt = "sm_90",
                repeats: Annotated[int, typer.Option(min=3, help="Samples per side.")] = 7,
                min_repeat_ms: Annotated[int, typer.Option(min=1, help="Minimum length of one sample.")] = 50,
-               timeout: Annotated[float, typer.Option(min=0.1, help="Seconds per pair.")] = 300.0,
+               timeout: Annotated[float, typer.Option(callback=finite, min=0.1, help="Seconds per pair.")] = 300.0,
                form: FormOpt = Form.plain):
     """Time transformations: BEFORE and AFTER measured interleaved, one pair at a time per machine.
 
@@ -167,15 +167,11 @@ def _tolerance_mapping(path: Path | None) -> dict | None:
 
 
 def _read_lines(path: Path) -> Iterator[tuple[int, str]]:
-    text = sys.stdin.read() if str(path) == "-" else _read_text(path)
-    return ((n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip())
+    return read_lines(str(path))[1]
 
 
 def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        _usage(f"cannot read {path}: {e}")
+    return read_text(path)[1]
 
 
 def _parse_line(lineno: int, text: str) -> PairLine:

@@ -12,6 +12,11 @@ from evaluation.harness import Prediction
 def read_predictions(path: Path | str) -> list[Prediction]:
     """A predictions JSONL file ("-" for stdin), one `Prediction` per non-blank line."""
     text = sys.stdin.read() if str(path) == "-" else Path(path).read_text(encoding="utf-8")
+    return parse_predictions(text)
+
+
+def parse_predictions(text: str) -> list[Prediction]:
+    """The predictions of JSONL text, one `Prediction` per non-blank line."""
     return [parse_prediction(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
 
 

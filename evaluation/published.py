@@ -100,8 +100,13 @@ def chat_messages(obj) -> tuple[str, str]:
 
 def published_predictions(path: Path) -> list[Prediction]:
     """Each line of a published JSONL file as a `Prediction` (malformed lines carry their error)."""
+    return published_from_text(Path(path).read_text(encoding="utf-8"))
+
+
+def published_from_text(text: str) -> list[Prediction]:
+    """Each line of published JSONL text as a `Prediction` (malformed lines carry their error)."""
     out = []
-    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+    for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         line_id = f"line {lineno}"

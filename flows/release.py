@@ -25,9 +25,13 @@ from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
 from flows.config import Params  # noqa: E402
 from flows.storage import read_table, release_inputs, strategy_coverage  # noqa: E402
+from flows.tasks import say  # noqa: E402
 
 SPLITS = ("train", "test")
 SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)$")
+# A development release (semantic versioning's pre-release `dev` with the content hash as build
+# metadata): what the default build writes when the data changed and release.version did not.
+DEV_VERSION = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)-dev\+([0-9a-f]{12})$")
 SEMVER_RULES = """\
 - **MAJOR** (X): the record format changes (columns, answer format, LEIR conventions) or strategies
   are renamed or removed; consumers must adapt.
@@ -99,11 +103,22 @@ def measured_inputs(lake: Path, params, reports: Path | None = None) -> Measured
                     model if model.exists() else None, quality)
 
 
-def parse_version(version: str) -> tuple[int, int, int]:
-    m = SEMVER.match(version)
+def parse_version(version: str, development: bool = False) -> tuple[int, int, int]:
+    """(major, minor, patch) of a published version; with `development`, also of a development one
+    (`0.1.1-dev+<hash>`)."""
+    m = SEMVER.match(version) or (DEV_VERSION.match(version) if development else None)
     if not m:
         raise ReleaseError(f"version must be MAJOR.MINOR.PATCH (semantic versioning), got {version!r}")
-    return tuple(int(x) for x in m.groups())  # type: ignore[return-value]
+    return tuple(int(x) for x in m.groups()[:3])  # type: ignore[return-value]
+
+
+def development_version(published: str, earlier: list[str], digest: str) -> str:
+    """The development release of data that changed after `published`: the next patch above it and
+    every release made, as a pre-release `dev` with the first 12 hex digits of the content hash as
+    build metadata (`0.1.1-dev+3f2a...`). It sorts below the release it leads to and never takes a
+    published version's place."""
+    top = max([parse_version(published), *(parse_version(v) for v in earlier)])
+    return f"{top[0]}.{top[1]}.{top[2] + 1}-dev+{digest[:12]}"
 
 
 def previous_versions(releases: Path) -> list[str]:
@@ -131,18 +146,20 @@ def next_version(released: list[str], configured: str, policy: str = "patch") ->
 
 def make_release(lake: Path, version: str, samples: pa.Table, steps: pa.Table, params, gate: dict,
                  filter_counters: list[dict], programs: pa.Table | None = None,
-                 coverage: list[dict] | None = None, measured: Measured | None = None) -> Path:
+                 coverage: list[dict] | None = None, measured: Measured | None = None,
+                 development_of: str | None = None) -> Path:
     """Write the release folder; refuses a version that exists or is not above the last one.
     `programs` (the released steps' programs) adds the card's shape, family and dtype sections;
     `coverage` (flows.storage.strategy_coverage) the section on strategies short of samples;
     `measured` the configs made of measurements (`measured`, `preference`, `trajectories`), the
-    card's effect sections and the offline cost model."""
-    parse_version(version)
+    card's effect sections and the offline cost model; `development_of` (a development version's
+    published release) says so on the card."""
+    parse_version(version, development=development_of is not None)
     releases = Path(lake) / "releases"
     earlier = previous_versions(releases)
     if version in earlier:
         raise ReleaseError(f"release v{version} exists already; bump the version (rules in the dataset card)")
-    if earlier and parse_version(version) < parse_version(earlier[-1]):
+    if earlier and parse_version(version, development=True) < parse_version(earlier[-1]):
         raise ReleaseError(f"version {version} is below the last release {earlier[-1]}")
     out = releases / f"v{version}"
     tmp = releases / f".v{version}.tmp"
@@ -170,6 +187,8 @@ def make_release(lake: Path, version: str, samples: pa.Table, steps: pa.Table, p
     shapes = _released_shapes(programs, steps, tmp / "shapes.png") if programs is not None else None
     info = dataset_info(tmp, tables)
     card = _card(version, params, sizes, per_strategy, gate, filter_counters, info, date, tables)
+    if development_of is not None:
+        card += _development_section(version, development_of)
     if measured is not None:
         card += _measured_section(measured)
     if coverage is not None:
@@ -262,6 +281,16 @@ def _pct(n: int, total: int) -> str:
 
 def _num(x) -> str:
     return "n/a" if x is None else f"{x:.2f}"
+
+
+def _development_section(version: str, published: str) -> str:
+    return "\n".join(["## Development release", "",
+                      f"v{version} is not a published release: the lake changed after v{published} was released "
+                      f"and `release.version` in params.yaml still says {published}. Its files are what "
+                      f"v{published} would hold now; `+{version.split('+')[1]}` is their content hash. Publish "
+                      "them by setting `release.version` (and `release.date`) in params.yaml to a new version, "
+                      "by the rules above, and running the pipeline again (or `steptp release --version X.Y.Z`).",
+                      ""])
 
 
 def _released_shapes(programs: pa.Table, steps: pa.Table, plot: Path) -> list[dict]:
@@ -518,33 +547,58 @@ def _croissant_type(t: pa.DataType):
 
 @flow(name="release", task_runner=ThreadPoolTaskRunner(max_workers=1))
 def release_flow(raw: dict, profile: str, lake: str, reports: str, version: str | None = None) -> dict:
+    """Release `version`, by default params.yaml's `release.version`. Run again on the same data it
+    changes nothing. When that version was released with other contents, a version asked for
+    (`steptp release --version`) is refused, but the default build (`make run`, `dvc repro`) writes a
+    development release beside it (`development_version`) instead of failing: the edit-then-run loop
+    never ends in an error, and no published release is ever overwritten."""
     params, lake = Params(raw, profile), Path(lake)
+    asked = version is not None
     version = version or params.release["version"]
     steps, _ = release_inputs(lake, params)
     gate = json.loads((Path(reports) / "gate.json").read_text())
     if not gate.get("success"):  # a refusal, returned like the validate stage's (see flows.validate)
         return {"stage": "release", "refused": "the release gate did not pass; run the validate stage"}
     counters = json.loads((Path(reports) / "filter.json").read_text())
-    measured = measured_inputs(lake, params, Path(reports))
+    inputs = (read_table(lake, "samples"), steps, params, gate, counters, read_table(lake, "programs"),
+              strategy_coverage(lake, steps), measured_inputs(lake, params, Path(reports)))
     existing = lake / "releases" / f"v{version}"
-    if existing.exists():
-        return _compare_release(existing, lake, version, steps, params, gate, counters, measured)
-    out = make_release(lake, version, read_table(lake, "samples"), steps, params, gate, counters,
-                       read_table(lake, "programs"), strategy_coverage(lake, steps), measured)
-    return {"stage": "release", "version": version, "path": str(out)}
+    if not existing.exists():
+        out = make_release(lake, version, *inputs)
+        return {"stage": "release", "version": version, "path": str(out)}
+    same, digest = _compare_release(existing, lake, version, inputs)
+    if same:
+        return {"stage": "release", "version": version, "path": str(existing), "unchanged": True}
+    if asked:
+        raise ReleaseError(f"release v{version} exists with other contents; choose a new version "
+                           "(rules in the dataset card)")
+    dev = development_version(version, previous_versions(lake / "releases"), digest)
+    out = lake / "releases" / f"v{dev}"
+    result = {"stage": "release", "version": dev, "path": str(out), "development_of": version}
+    if out.exists():  # the same changed data, released as a development version before
+        return result | {"unchanged": True}
+    make_release(lake, dev, *inputs, development_of=version)
+    say(f"[bold]release[/]: v{version} exists with other contents; wrote the development release v{dev} beside it "
+        "(to publish, set release.version in params.yaml to a new version)")
+    return result
 
 
-def _compare_release(existing: Path, lake: Path, version, steps, params, gate, counters, measured) -> dict:
-    """Re-running a release: fine when the files would be identical, an error when they differ."""
+# The folders of a release whose bytes are its data (the content hash of a development release).
+RELEASE_DATA_FOLDERS = ("data", "chat", "chat_jsonl", "measured", "preference", "trajectories")
+
+
+def _compare_release(existing: Path, lake: Path, version: str, inputs: tuple) -> tuple[bool, str]:
+    """(whether a rebuild of `version` from the lake is identical to the release folder, the content
+    hash of the rebuild's data: every file whose bytes do not name the version)."""
     import tempfile
 
     with tempfile.TemporaryDirectory(dir=lake) as tmp:
-        fresh = make_release(Path(tmp), version, read_table(lake, "samples"), steps, params, gate, counters,
-                             read_table(lake, "programs"), strategy_coverage(lake, steps), measured)
+        fresh = make_release(Path(tmp), version, *inputs)
         files = sorted(p.relative_to(fresh) for p in fresh.rglob("*") if p.is_file())
         same = files == sorted(p.relative_to(existing) for p in existing.rglob("*") if p.is_file()) and all(
             (fresh / f).read_bytes() == (existing / f).read_bytes() for f in files)
-    if not same:
-        raise ReleaseError(f"release v{version} exists with other contents; bump the version in params.yaml "
-                           "(rules in the dataset card)")
-    return {"stage": "release", "version": version, "path": str(existing), "unchanged": True}
+        digest = hashlib.sha256()
+        for f in files:
+            if f.parts[0] in RELEASE_DATA_FOLDERS or f.name == "shapes.png":
+                digest.update(f.as_posix().encode() + b"\0" + (fresh / f).read_bytes())
+    return same, digest.hexdigest()

@@ -159,13 +159,8 @@ def build_catalog(lake: Path) -> Path:
     con = duckdb.connect(str(tmp))
     try:
         _search_lake(con, lake)
-        for name, spec in TABLES.items():
-            con.execute(f"CREATE VIEW {name} AS {_view_sql(lake, name, spec)}")
-        con.execute("CREATE VIEW steps_verified AS SELECT s.*, v.status, v.target FROM steps s "
-                    "JOIN verifications v USING (step_id) WHERE v.status IN ('exact', 'close')")
-        # Single steps and the multi-step records of the search trajectories, in one steps schema.
-        con.execute("CREATE VIEW steps_all AS SELECT * FROM steps UNION ALL BY NAME SELECT * FROM trajectory_steps")
-        con.execute(_step_effects_sql())
+        for name, select in catalog_views(lake):
+            con.execute(f"CREATE VIEW {name} AS {select}")
     finally:
         con.close()
     os.replace(tmp, path)
@@ -178,7 +173,7 @@ def _step_effects_sql() -> str:
     from gpu_tasks.effect import MIN_EFFECT, SPREADS
 
     margin = f"greatest({MIN_EFFECT}, {SPREADS} * greatest(b.spread, a.spread))"
-    return f"""CREATE VIEW step_effects AS
+    return f"""
         WITH st AS (
             SELECT s.step_id, s.program_id, s.strategy, s.level,
                    CASE WHEN s.parent_step_id IS NULL THEN s.program_id ELSE p.after_program_id END AS before_state_id,
@@ -193,12 +188,35 @@ def _step_effects_sql() -> str:
                       AND a.status = 'ok'"""
 
 
-def _view_sql(lake: Path, name: str, spec: TableSpec) -> str:
-    if shards(lake, name):
-        return f"SELECT * FROM read_parquet('{name}/*.parquet')"
-    # No shard yet: an empty view with the right columns and types.
+def catalog_views(lake: Path, files: list[Path] | None = None) -> list[tuple[str, str]]:
+    """(view name, SELECT) of the catalog: one view per table, then `steps_verified`, `steps_all` and
+    `step_effects`.
+    A table reads `<table>/*.parquet` relative to the lake, or, when `files` is given, exactly those of
+    the listed shard files that belong to it (absolute paths: what `read_only_connection` allows)."""
+    views = []
+    for name, spec in TABLES.items():
+        if files is None:
+            source = f"'{name}/*.parquet'" if shards(lake, name) else None
+        else:
+            own = [_sql_string(p.as_posix()) for p in files if p.parent.name == name]
+            source = "[" + ", ".join(own) + "]" if own else None
+        views.append((name, f"SELECT * FROM read_parquet({source})" if source else _empty_view(spec)))
+    views.append(("steps_verified", "SELECT s.*, v.status, v.target FROM steps s JOIN verifications v "
+                                    "USING (step_id) WHERE v.status IN ('exact', 'close')"))
+    # Single steps and the multi-step records of the search trajectories, in one steps schema.
+    views.append(("steps_all", "SELECT * FROM steps UNION ALL BY NAME SELECT * FROM trajectory_steps"))
+    views.append(("step_effects", _step_effects_sql()))
+    return views
+
+
+def _empty_view(spec: TableSpec) -> str:
+    """No shard yet: an empty view with the right columns and types."""
     cols = ", ".join(f"CAST(NULL AS {_duck_type(f.type)}) AS {f.name}" for f in spec.schema)
     return f"SELECT {cols} WHERE false"
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _duck_type(t: pa.DataType) -> str:
@@ -222,7 +240,70 @@ def connect(lake: Path, read_only: bool = True):
 
 def _search_lake(con, lake: Path) -> None:
     """Relative paths in the views resolve against the lake folder (DuckDB's file_search_path)."""
-    con.execute("SET file_search_path = '" + Path(lake).resolve().as_posix().replace("'", "''") + "'")
+    con.execute("SET file_search_path = " + _sql_string(Path(lake).resolve().as_posix()))
+
+
+def is_lake(folder: Path) -> bool:
+    """A folder that holds a catalog or at least one table folder."""
+    folder = Path(folder)
+    return folder.is_dir() and ((folder / "catalog.duckdb").is_file() or any((folder / t).is_dir() for t in TABLES))
+
+
+# The only statements `read_only_connection` runs: queries (SELECT, FROM ..., WITH, VALUES, DESCRIBE,
+# SHOW and SUMMARIZE are all of DuckDB's statement type SELECT). ATTACH, DETACH, COPY, INSTALL, LOAD,
+# EXPORT, SET, USE, CALL, PRAGMA, EXPLAIN (ANALYZE runs its statement) and every DDL/DML are refused.
+READ_STATEMENTS = ("SELECT",)
+
+
+class RefusedStatement(StorageError):
+    """A statement that a read-only connection to the lake does not run."""
+
+
+def read_only_connection(lake: Path):
+    """An in-memory DuckDB connection with the catalog's views over the lake's shard files, locked
+    so that it can only read them: external access is off except for exactly those files (no other
+    file, directory or extension can be read or written, nothing new can be created even inside the
+    lake), extensions are neither installed nor loaded, and the configuration is locked. Nothing is
+    written: the lake's catalog file is not opened (its views are made here from the same
+    definitions, with absolute paths). Run statements through `read_only_query`, which also refuses
+    every statement that is not a query."""
+    import duckdb
+
+    lake = Path(lake).resolve()
+    if not is_lake(lake):
+        raise StorageError(f"{lake} is not a lake (no catalog.duckdb and no table folder such as programs/)")
+    files = [p.resolve() for name in TABLES if (lake / name).is_dir() for p in shards(lake, name)]
+    con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False,
+                                             "autoload_known_extensions": False})
+    try:
+        for name, select in catalog_views(lake, files):
+            con.execute(f"CREATE VIEW {name} AS {select}")
+        con.execute("SET allowed_paths = [" + ", ".join(_sql_string(p.as_posix()) for p in files) + "]")
+        con.execute("SET temp_directory = ''")  # no spill files anywhere
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def read_only_query(con, query: str):
+    """The result of `query` (its last statement's relation, or None) on a `read_only_connection`;
+    RefusedStatement, before anything runs, when one of its statements is not a query."""
+    statements = con.extract_statements(query)
+    for statement in statements:
+        kind = statement.type.name
+        if kind not in READ_STATEMENTS:
+            text = " ".join(statement.query.split()).rstrip(";")
+            word = text.split(" ", 1)[0].upper()  # INSTALL rather than DuckDB's type name LOAD
+            shown = text if len(text) <= 60 else text[:57] + "..."
+            raise RefusedStatement(f"steptp sql only reads the lake: {word if word.isalpha() else kind} "
+                                   f"statements are refused ({shown})")
+    result = None
+    for statement in statements:
+        result = con.sql(statement.query)
+    return result
 
 
 def release_inputs(lake: Path, params=None):

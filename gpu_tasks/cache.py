@@ -15,8 +15,10 @@ from dataclasses import dataclass
 import tvm
 import tvm_ffi
 
+from leir.analysis import program_depth
 from leir.ast import Program
 from leir.lower import lower_to_primfunc, make_target
+from leir.lower.stack import call_with_stack_for
 from leir.printer import format_program
 from leir.signature import Signature
 
@@ -76,6 +78,13 @@ class BuildCache:
         if built is not None:
             self.stats.text_hits += 1
             return built
+        # TVM hashes, compares and compiles the function with recursive C++ passes: a deep expression
+        # gets a thread with a stack for its depth (leir.lower.stack), here as in leir.lower's own API.
+        return call_with_stack_for(program_depth(program), self._lower_and_compile, program, signature,
+                                   target_kind, arch, form, text_key)
+
+    def _lower_and_compile(self, program: Program, signature: Signature, target_kind: str, arch: str, form: str,
+                           text_key: tuple) -> Built:
         func = lower_to_primfunc(program, signature, target_kind=target_kind, form=form)
         target = self._target(target_kind, arch)
         hash_key = (tvm_ffi.structural_hash(func), str(target))

@@ -15,16 +15,23 @@ Design:
 - Jobs may carry an affinity key (e.g. the original program of a transformation): an idle worker
   prefers pending jobs with the key of its previous job, then keys no other worker holds, so that the
   per-process build cache sees each original once.
+- Untrusted code (a user's problem file, `steptp translate`) runs in a fresh process per job
+  (`max_jobs_per_worker=1`, so that nothing it changes in a process reaches the next job) forked
+  from the caller (`start_method="fork"`: the caller has imported what the jobs need and runs no
+  threads of its own), with a memory limit besides the time limit (`memory_mb`: resident memory a
+  job may add to its worker's; the parent samples it every `MEMORY_POLL_S` while jobs run, and a
+  worker past it is killed and reported as `memory`).
 """
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
 import signal
+import sys
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing import context, popen_forkserver, spawn
 from multiprocessing.connection import Connection, wait
 
@@ -34,6 +41,8 @@ from gpu_tasks.threads import set_thread_env
 # without PyTorch, see worker_env).
 DEFAULT_PRELOAD = ("gpu_tasks.worker_env", "gpu_tasks.jobs")
 DEFAULT_TIMEOUT_S = 60.0
+START_METHODS = ("forkserver", "fork")
+MEMORY_POLL_S = 0.05  # how often running workers' memory is sampled when there is a memory limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,10 +57,13 @@ class Job:
 
 @dataclass(frozen=True, slots=True)
 class JobFailure:
-    """What came back instead of a result: `crash`, `timeout`, or `error` (the job raised)."""
+    """What came back instead of a result: `crash`, `timeout`, `memory` (past the pool's memory limit)
+    or `error` (the job raised). A crash has the worker's exit code (negative: the signal that killed
+    it) when it is known."""
 
     kind: str
     message: str
+    exitcode: int | None = field(default=None, compare=False)
 
 
 class WorkerPool:
@@ -59,15 +71,20 @@ class WorkerPool:
 
     def __init__(self, workers: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
                  threads_per_worker: int = 1, preload: Sequence[str] = DEFAULT_PRELOAD,
-                 max_jobs_per_worker: int | None = None):
+                 max_jobs_per_worker: int | None = None, start_method: str = "forkserver",
+                 memory_mb: int | None = None):
+        if start_method not in START_METHODS:
+            raise ValueError(f"start_method must be one of {', '.join(START_METHODS)}, got {start_method!r}")
         self.size = workers or max(1, os.cpu_count() or 1)
         self.timeout_s = timeout_s
         self.threads_per_worker = threads_per_worker
         # Recycling bounds what a long run can leak in native code (LLVM, TVM) per process.
         self.max_jobs_per_worker = max_jobs_per_worker
+        self.memory_mb = memory_mb
         self.replacements = 0  # workers started to replace a crashed or hung one
-        self._ctx = mp.get_context("forkserver")
-        self._ctx.set_forkserver_preload(list(preload))  # ignored once the fork server runs
+        self._ctx = mp.get_context(start_method)
+        if start_method == "forkserver":
+            self._ctx.set_forkserver_preload(list(preload))  # ignored once the fork server runs
         self._slots: list[_Worker] = [self._start() for _ in range(self.size)]
 
     # --- public ---------------------------------------------------------------------------------
@@ -94,6 +111,12 @@ class WorkerPool:
                 while next_index in done:
                     yield next_index, done.pop(next_index)
                     next_index += 1
+        except KeyboardInterrupt:  # Ctrl-C: stop the running jobs at once, start nothing new
+            for w in self._slots:
+                if w.job is not None:
+                    w.stop(kill=True)
+                    w.job = None
+            raise
         finally:
             self._abandon_running()
 
@@ -123,8 +146,13 @@ class WorkerPool:
 
     def _start(self) -> _Worker:
         parent_end, child_end = self._ctx.Pipe(duplex=True)
-        process = _WarmProcess(target=serve, args=(child_end, self.threads_per_worker),
-                               name="steptp-worker", daemon=True)
+        args = (child_end, self.threads_per_worker)
+        if self._ctx.get_start_method() == "fork":
+            sys.stdout.flush()  # a forked child must not write the caller's buffered output again
+            sys.stderr.flush()
+            process = self._ctx.Process(target=serve, args=args, name="steptp-worker", daemon=True)
+        else:
+            process = _WarmProcess(target=serve, args=args, name="steptp-worker", daemon=True)
         process.start()
         child_end.close()
         return _Worker(process, parent_end)
@@ -165,6 +193,8 @@ class WorkerPool:
         w.affinity = job.affinity or w.affinity  # a job without a key leaves the warm cache as it is
         w.started = time.monotonic()
         w.deadline = w.started + (job.timeout_s or self.timeout_s)
+        if self.memory_mb is not None:
+            w.memory_base = resident_bytes(w.process.pid) or 0
         return True
 
     def _collect(self, done: dict[int, object], by_slot: bool = False) -> None:
@@ -173,6 +203,8 @@ class WorkerPool:
         if not running:
             return
         timeout = max(0.0, min(w.deadline for _, w in running) - time.monotonic())
+        if self.memory_mb is not None:
+            timeout = min(timeout, MEMORY_POLL_S)
         ready = set(wait([w.conn for _, w in running] + [w.process.sentinel for _, w in running], timeout))
         now = time.monotonic()
         for slot, w in running:
@@ -186,6 +218,16 @@ class WorkerPool:
                 limit = w.deadline - w.started
                 done[key] = JobFailure("timeout", f"no result within {limit:.1f} s; the worker was killed")
                 self._replace(slot)
+            elif self._over_memory(w):
+                done[key] = JobFailure("memory", f"the job's resident memory passed the limit of {self.memory_mb} MiB "
+                                                 "(above its worker's own); the worker was killed")
+                self._replace(slot)
+
+    def _over_memory(self, w: _Worker) -> bool:
+        if self.memory_mb is None:
+            return False
+        used = resident_bytes(w.process.pid)
+        return used is not None and used - w.memory_base > self.memory_mb * 1024 * 1024
 
     def _abandon_running(self) -> None:
         """The consumer stopped early: workers still busy are replaced (their results would arrive
@@ -233,6 +275,7 @@ class _Worker:
         self.jobs_done = 0
         self.affinity = ""
         self.deadline = self.started = 0.0
+        self.memory_base = 0  # resident bytes when the running job started (pools with a memory limit)
 
     def receive(self) -> tuple[object, bool]:
         """(result, worker still alive)."""
@@ -245,7 +288,8 @@ class _Worker:
         except (EOFError, OSError, ConnectionError):
             pass
         self.job = None
-        return JobFailure("crash", self._death_message()), False
+        message = self._death_message()
+        return JobFailure("crash", message, self.process.exitcode), False
 
     def _death_message(self) -> str:
         self.process.join(timeout=1.0)
@@ -315,6 +359,18 @@ def serve(conn: Connection, threads: int) -> None:
             return
         except Exception as e:  # an unpicklable result
             conn.send(("error", f"result could not be sent back: {type(e).__name__}: {e}"))
+
+
+def resident_bytes(pid: int) -> int | None:
+    """Resident memory of process `pid` (Linux /proc), None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/statm", encoding="ascii") as statm:
+            return int(statm.read().split()[1]) * _PAGE_BYTES
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 
 def _error_text(error: BaseException) -> str:

@@ -45,3 +45,19 @@ def torch_importable() -> bool:
     except ImportError:
         return False
     return True
+
+
+def hold_memory(mib: int, seconds: float = 30.0) -> int:
+    """Touch `mib` MiB and keep it (a job that eats memory), then return how much it held."""
+    block = bytearray(mib * 1024 * 1024)  # zero-filled: every page is touched
+    time.sleep(seconds)
+    return len(block) // (1024 * 1024)
+
+
+def mutate_module_state() -> str:
+    """Change process-wide state (what untrusted code might do); reports what it found first."""
+    import json
+
+    found = "patched" if getattr(json, "_steptp_patched", False) else "clean"
+    json._steptp_patched = True
+    return found

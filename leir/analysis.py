@@ -18,13 +18,17 @@ from dataclasses import dataclass
 from leir.ast import (
     EXTENSION_FNS,
     Access,
+    And,
     BinOp,
     Call,
+    Compare,
     Loop,
     Neg,
     Nest,
     Num,
+    Or,
     Program,
+    Select,
     Stmt,
     Var,
     accesses,
@@ -51,17 +55,22 @@ class StmtSite:
 
 def statement_sites(program: Program) -> list[StmtSite]:
     sites: list[StmtSite] = []
-
-    def visit(nest: Nest, top: int, path: tuple[int, ...], outer: tuple[Loop, ...]):
-        loops = outer + nest.loops
-        for i, item in enumerate(nest.body):
-            if isinstance(item, Stmt):
-                sites.append(StmtSite(len(sites), top, path + (i,), loops, item))
-            else:
-                visit(item, top, path + (i,), loops)
-
     for top, nest in enumerate(program.nests):
-        visit(nest, top, (), ())
+        # (nest, path, enclosing loops, next body position): an explicit stack, so that nests nested
+        # any number of levels deep are walked without recursion.
+        stack = [(nest, (), nest.loops, 0)]
+        while stack:
+            current, path, loops, i = stack.pop()
+            body = current.body
+            while i < len(body):
+                item = body[i]
+                if isinstance(item, Stmt):
+                    sites.append(StmtSite(len(sites), top, path + (i,), loops, item))
+                    i += 1
+                    continue
+                stack.append((current, path, loops, i + 1))
+                stack.append((item, path + (i,), loops + item.loops, 0))
+                break
     return sites
 
 
@@ -75,14 +84,13 @@ def extensions_used(program: Program) -> list[str]:
 
 def iter_nests(program: Program) -> Iterator[tuple[Nest, tuple[Loop, ...]]]:
     """Every nest (nested ones included) with the loops that enclose it, in program order."""
-    def visit(nest: Nest, outer):
-        yield nest, outer
-        for item in nest.body:
-            if isinstance(item, Nest):
-                yield from visit(item, outer + nest.loops)
-
-    for nest in program.nests:
-        yield from visit(nest, ())
+    for top in program.nests:
+        stack = [(top, ())]
+        while stack:
+            nest, outer = stack.pop()
+            yield nest, outer
+            inner = outer + nest.loops
+            stack.extend((item, inner) for item in reversed(nest.body) if isinstance(item, Nest))
 
 
 def loop_bounds(loops) -> dict[str, tuple[int, int]]:
@@ -94,59 +102,86 @@ def loop_bounds(loops) -> dict[str, tuple[int, int]]:
 
 def affine_form(expr) -> tuple[dict[str, int], int] | None:
     """`expr` as ({var: coefficient}, constant) when it is affine in loop variables, else None."""
-    match expr:
-        case Num(value=v) if isinstance(v, int):
-            return {}, v
-        case Var(name=n):
-            return {n: 1}, 0
-        case Neg(operand=a):
-            f = affine_form(a)
-            return None if f is None else ({k: -c for k, c in f[0].items()}, -f[1])
-        case BinOp(op="+" | "-" as op, lhs=a, rhs=b):
-            fa, fb = affine_form(a), affine_form(b)
-            if fa is None or fb is None:
-                return None
-            sign = 1 if op == "+" else -1
-            coeffs = dict(fa[0])
-            for k, c in fb[0].items():
-                coeffs[k] = coeffs.get(k, 0) + sign * c
-            return {k: c for k, c in coeffs.items() if c}, fa[1] + sign * fb[1]
-        case BinOp(op="*", lhs=a, rhs=b):
-            fa, fb = affine_form(a), affine_form(b)
-            if fa is None or fb is None:
-                return None
-            if not fa[0]:
-                fa, fb = fb, fa
-            if fb[0]:
-                return None  # product of two variables
-            k = fb[1]
-            return {v: c * k for v, c in fa[0].items() if c * k}, fa[1] * k
-    return None
+    return _ranges(expr, None)[0]
 
 
 def index_range(expr, bounds: dict[str, tuple[int, int]]) -> tuple[int, int] | None:
     """Inclusive integer range of an index expression over the loop box; None when it depends on
     data (a gather) or on a name without bounds. Exact for affine expressions."""
-    form = affine_form(expr)
-    if form is not None:
-        lo = hi = form[1]
-        for var, c in form[0].items():
-            if var not in bounds:
-                return None
-            vlo, vhi = bounds[var]
-            lo += min(c * vlo, c * vhi)
-            hi += max(c * vlo, c * vhi)
-        return lo, hi
-    match expr:
-        case Neg(operand=a):
-            r = index_range(a, bounds)
-            return None if r is None else (-r[1], -r[0])
-        case BinOp(op=op, lhs=a, rhs=b):
-            ra, rb = index_range(a, bounds), index_range(b, bounds)
-            if ra is None or rb is None:
-                return None
-            return _interval(op, ra, rb)
+    return _ranges(expr, bounds)[1]
+
+
+def _ranges(expr, bounds: dict[str, tuple[int, int]] | None):
+    """(affine form, range) of `expr`, bottom-up with an explicit stack (a subscript may be a sum of
+    any length). A node's range is its affine form's exact range when it has one, else the interval
+    combination of its operands' ranges (`bounds` None: ranges are not wanted)."""
+    if isinstance(expr, Var | Num):  # the common subscript, without the walk
+        form = _affine_leaf(expr)
+        return form, (_affine_range(form, bounds) if form is not None and bounds is not None else None)
+    done: dict[int, tuple] = {}
+    stack = [(expr, False)]
+    while stack:
+        node, ready = stack.pop()
+        if not ready and isinstance(node, Neg | BinOp):
+            stack.append((node, True))
+            stack.extend((c, False) for c in ((node.operand,) if isinstance(node, Neg) else (node.rhs, node.lhs))
+                         if id(c) not in done)
+            continue
+        if id(node) in done:
+            continue
+        if isinstance(node, Neg):
+            form, r = done[id(node.operand)]
+            form = None if form is None else ({k: -c for k, c in form[0].items()}, -form[1])
+            r = None if r is None else (-r[1], -r[0])
+        elif isinstance(node, BinOp):
+            (fa, ra), (fb, rb) = done[id(node.lhs)], done[id(node.rhs)]
+            form = _affine_binop(node.op, fa, fb)
+            r = None if ra is None or rb is None else _interval(node.op, ra, rb)
+        else:
+            form, r = _affine_leaf(node), None
+        if form is not None and bounds is not None:
+            r = _affine_range(form, bounds)
+        done[id(node)] = (form, r)
+    return done[id(expr)]
+
+
+def _affine_leaf(node):
+    match node:
+        case Num(value=v) if isinstance(v, int):
+            return {}, v
+        case Var(name=n):
+            return {n: 1}, 0
     return None
+
+
+def _affine_binop(op: str, fa, fb):
+    if fa is None or fb is None:
+        return None
+    if op in ("+", "-"):
+        sign = 1 if op == "+" else -1
+        coeffs = dict(fa[0])
+        for k, c in fb[0].items():
+            coeffs[k] = coeffs.get(k, 0) + sign * c
+        return {k: c for k, c in coeffs.items() if c}, fa[1] + sign * fb[1]
+    if op == "*":
+        if not fa[0]:
+            fa, fb = fb, fa
+        if fb[0]:
+            return None  # product of two variables
+        k = fb[1]
+        return {v: c * k for v, c in fa[0].items() if c * k}, fa[1] * k
+    return None
+
+
+def _affine_range(form, bounds) -> tuple[int, int] | None:
+    lo = hi = form[1]
+    for var, c in form[0].items():
+        if var not in bounds:
+            return None
+        vlo, vhi = bounds[var]
+        lo += min(c * vlo, c * vhi)
+        hi += max(c * vlo, c * vhi)
+    return lo, hi
 
 
 def _interval(op, ra, rb):
@@ -164,6 +199,80 @@ def _interval(op, ra, rb):
         if ra[0] // c == ra[1] // c:
             return ra[0] % c, ra[1] % c
         return 0, c - 1
+    return None
+
+
+# --- depth -----------------------------------------------------------------------------------------
+
+# Everything in `leir` walks trees with explicit stacks, so no depth breaks parsing, printing, hashing
+# or validation. Lowering hands the tree to TVM, whose C++ passes recurse on it: leir.lower runs
+# them on a thread whose stack grows with the expression's depth (leir/lower/stack.py), up to these
+# limits, which validation reports too (`too-deep`), so that `leir check` and lowering agree.
+MAX_EXPRESSION_DEPTH = 50_000
+MAX_LOOP_DEPTH = 64
+
+
+def expression_depth(expr) -> int:
+    """Levels of the deepest path from `expr` to a leaf (subscripts included; 1 for a leaf), as the
+    lowered expression has them: a condition of k terms (`a&b&...`, a chain `a<b<c`) is a chain of k
+    binary nodes there."""
+    deepest = 0
+    stack = [(expr, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        kids = children(node)
+        step = len(kids) if isinstance(node, And | Or | Compare) else 1
+        stack.extend((c, depth + step) for c in kids)
+    return deepest
+
+
+def statement_depth(stmt: Stmt) -> int:
+    return max(expression_depth(stmt.lhs), expression_depth(stmt.rhs))
+
+
+def program_depth(program: Program) -> int:
+    """The deepest expression of the program (what TVM's recursive passes see)."""
+    return max((statement_depth(site.stmt) for site in statement_sites(program)), default=0)
+
+
+def site_depth_problem(site: StmtSite) -> str:
+    """Why the statement is too deep to lower ("" when it is not): lowering refuses it, validation
+    reports it as `too-deep`."""
+    if len(site.loops) > MAX_LOOP_DEPTH:
+        return f"{len(site.loops)} loops enclose the statement; lowering handles at most {MAX_LOOP_DEPTH}"
+    depth = statement_depth(site.stmt)
+    if depth > MAX_EXPRESSION_DEPTH:
+        return f"an expression {depth:,} levels deep; lowering handles at most {MAX_EXPRESSION_DEPTH:,}"
+    return ""
+
+
+# --- bounds of accesses (what validation and lowering both check) --------------------------------
+
+def unguarded_reads(stmt: Stmt) -> Iterator[Access]:
+    """Accesses that execute whenever the statement does: gathers in the left-hand subscript and
+    reads of the right-hand side that are not inside a branch of `if_then_else` (padding reads
+    legitimately fall outside the tensor there; the branch is never evaluated)."""
+    stack = list(stmt.lhs.indices) + [stmt.rhs]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Select):
+            stack.append(node.cond)
+            continue
+        if isinstance(node, Access):
+            yield node
+        stack.extend(children(node))
+
+
+def subscript_overflow(acc: Access, bounds: dict[str, tuple[int, int]], shape: tuple[int, ...]
+                       ) -> tuple[int, tuple[int, int]] | None:
+    """(dimension, range) of the first subscript of `acc` whose range over the loop box (`index_range`:
+    exact for affine subscripts, interval arithmetic otherwise; gathers are unknown until run time)
+    leaves 0..size-1 of `shape`, else None."""
+    for d, (ix, size) in enumerate(zip(acc.indices, shape, strict=False)):
+        r = index_range(ix, bounds)
+        if r is not None and (r[0] < 0 or r[1] >= size):
+            return d, r
     return None
 
 
@@ -260,8 +369,8 @@ def integral_exponent(e) -> int | None:
 def is_product(e) -> bool:
     """A multiplication as the compiler sees it (`a*b`, a positive integral power `x**2`, which is
     lowered to `x*x`, or the negation of one): fused with an enclosing + or - into one FMA by LLVM."""
-    if isinstance(e, Neg):
-        return is_product(e.operand)
+    while isinstance(e, Neg):
+        e = e.operand
     if isinstance(e, BinOp) and e.op == "**":
         n = integral_exponent(e.rhs)
         return n is not None and 2 <= n <= MAX_POWER_BY_MULTIPLICATION

@@ -61,12 +61,38 @@ class _IndexAllocator:
 
 
 def _rename_nest(nest: Nest, outer: dict[str, str], tensors: dict[str, str], alloc: _IndexAllocator) -> Nest:
+    """The nest with renamed tensors and loop indices. Loop indices are allocated in program order
+    (a nest's loops, then its body in order); nests inside nests are handled with an explicit stack."""
+    # Frame: [nest, index map, renamed loops, renamed body items, next body position].
+    stack = [_open(nest, outer, alloc)]
+    while True:
+        frame = stack[-1]
+        current, var_map, loops, body, i = frame
+        if i == len(current.body):
+            stack.pop()
+            done = Nest(tuple(loops), tuple(body))
+            if not stack:
+                return done
+            stack[-1][3].append(done)
+            continue
+        item = current.body[i]
+        frame[4] = i + 1
+        if isinstance(item, Stmt):
+            body.append(map_stmt(item, _renamer(var_map, tensors)))
+        else:
+            stack.append(_open(item, var_map, alloc))
+
+
+def _open(nest: Nest, outer: dict[str, str], alloc: _IndexAllocator) -> list:
     var_map = dict(outer)
     loops = []
     for lp in nest.loops:
         var_map[lp.var] = alloc.fresh(lp.var)
         loops.append(Loop(lp.kind, lp.extent, var_map[lp.var], lp.start))
+    return [nest, var_map, loops, [], 0]
 
+
+def _renamer(var_map: dict[str, str], tensors: dict[str, str]):
     def rename(node):
         if isinstance(node, Var):
             return Var(var_map.get(node.name, node.name))
@@ -74,13 +100,7 @@ def _rename_nest(nest: Nest, outer: dict[str, str], tensors: dict[str, str], all
             return Access(tensors.get(node.tensor, node.tensor), node.dtype, node.scope, node.indices)
         return node
 
-    body = []
-    for item in nest.body:
-        if isinstance(item, Stmt):
-            body.append(map_stmt(item, rename))
-        else:
-            body.append(_rename_nest(item, var_map, tensors, alloc))
-    return Nest(tuple(loops), tuple(body))
+    return rename
 
 
 def canonical_text(program: Program, signature: Signature | None = None) -> str:

@@ -3,7 +3,13 @@
 `validate(program, signature)` returns the problems in program order (empty list = valid). Codes:
 `loop-extent`, `bind-name`, `loop-shadow`, `index-out-of-scope`, `type-conflict`, `scope-on-known`,
 `rank-mismatch`, `write-to-input`, `undefined-tensor`, `subscript-out-of-range`, `write-out-of-range`,
-`shape-unknown`, `uninitialised-read`, `output-not-written`.
+`shape-unknown`, `uninitialised-read`, `output-not-written`, `too-deep` (beyond what lowering handles:
+`leir.analysis.MAX_LOOP_DEPTH` enclosing loops, `MAX_EXPRESSION_DEPTH` levels of an expression).
+
+Subscripts are checked as lowering checks them (`leir.analysis.subscript_overflow` over the loop
+ranges: exact for affine subscripts, interval arithmetic otherwise), for the write and for every read
+outside an `if_then_else` branch, so that a program `leir check` accepts is not refused by lowering
+for an access out of bounds.
 """
 from __future__ import annotations
 
@@ -12,10 +18,12 @@ from dataclasses import dataclass
 from leir.analysis import (
     StmtSite,
     implicit_inits,
-    index_range,
     is_update,
+    site_depth_problem,
     statement_sites,
+    subscript_overflow,
     tensor_table,
+    unguarded_reads,
 )
 from leir.ast import Access, Nest, Num, Program, Select, Var, accesses, children, walk_expr
 from leir.names import is_bind_name
@@ -45,6 +53,7 @@ class Problem:
 def validate(program: Program, signature: Signature) -> list[Problem]:
     sites = statement_sites(program)
     problems = _loop_problems(program)
+    problems += [_at(site, "too-deep", why) for site in sites if (why := site_depth_problem(site))]
     problems += _scope_problems(sites)
     problems += _type_problems(sites, signature)
     problems += _write_problems(sites, signature)
@@ -65,29 +74,26 @@ def _at(site: StmtSite, code: str, message: str) -> Problem:
 
 def _loop_problems(program: Program) -> list[Problem]:
     problems: list[Problem] = []
-
-    def visit(nest: Nest, top: int, outer: tuple[str, ...]):
-        names = list(outer)
-        for lp in nest.loops:
-            where = f"loop {lp.kind}^{{{lp.extent}}}_{{{lp.var}={lp.start}}}"
-            if lp.extent < 1:
-                problems.append(Problem("loop-extent", f"{where}: extent must be at least 1", top + 1))
-            if lp.kind == "B" and not is_bind_name(lp.var):
-                problems.append(Problem("bind-name", f"{where}: a B loop needs a binding name "
-                                        "(tx, ty, tz, bx, by, bz, optionally with a suffix)", top + 1))
-            if lp.kind != "B" and is_bind_name(lp.var):
-                problems.append(Problem("bind-name", f"{where}: binding name {lp.var!r} on a non-B loop",
-                                        top + 1))
-            if lp.var in names:
-                problems.append(Problem("loop-shadow", f"{where}: {lp.var!r} is already a loop variable "
-                                        "of an enclosing loop", top + 1))
-            names.append(lp.var)
-        for item in nest.body:
-            if isinstance(item, Nest):
-                visit(item, top, tuple(names))
-
-    for top, nest in enumerate(program.nests):
-        visit(nest, top, ())
+    for top, outermost in enumerate(program.nests):
+        stack = [(outermost, ())]  # nests inside nests, in program order, without recursion
+        while stack:
+            nest, outer = stack.pop()
+            names = list(outer)
+            for lp in nest.loops:
+                where = f"loop {lp.kind}^{{{lp.extent}}}_{{{lp.var}={lp.start}}}"
+                if lp.extent < 1:
+                    problems.append(Problem("loop-extent", f"{where}: extent must be at least 1", top + 1))
+                if lp.kind == "B" and not is_bind_name(lp.var):
+                    problems.append(Problem("bind-name", f"{where}: a B loop needs a binding name "
+                                            "(tx, ty, tz, bx, by, bz, optionally with a suffix)", top + 1))
+                if lp.kind != "B" and is_bind_name(lp.var):
+                    problems.append(Problem("bind-name", f"{where}: binding name {lp.var!r} on a non-B loop",
+                                            top + 1))
+                if lp.var in names:
+                    problems.append(Problem("loop-shadow", f"{where}: {lp.var!r} is already a loop variable "
+                                            "of an enclosing loop", top + 1))
+                names.append(lp.var)
+            stack.extend((item, tuple(names)) for item in reversed(nest.body) if isinstance(item, Nest))
     return problems
 
 
@@ -169,20 +175,28 @@ def _shape_problems(program: Program, sites: list[StmtSite], signature: Signatur
     for site in sites:
         bounds = site.bounds
         lhs = site.stmt.lhs
+        unguarded = {id(a) for a in unguarded_reads(site.stmt)}
         for acc in _all_accesses(site):
             info = table.get(acc.tensor)
             if info is None or info.shape is None or len(acc.indices) != len(info.shape):
                 continue
-            for d, (ix, size) in enumerate(zip(acc.indices, info.shape, strict=True)):
-                if isinstance(ix, Num) and not 0 <= ix.value < size:
-                    problems.append(_at(site, "subscript-out-of-range", f"{acc.tensor} subscript {d + 1} is "
-                                        f"{ix.value}, outside 0..{size - 1}"))
-                elif acc is lhs and info.known:
-                    r = index_range(ix, bounds)
-                    if r is not None and (r[0] < 0 or r[1] >= size):
-                        problems.append(_at(site, "write-out-of-range", f"writes {acc.tensor} at subscript "
-                                            f"{d + 1} = {format_expr(ix)} in {r[0]}..{r[1]}, outside "
-                                            f"0..{size - 1}"))
+            constants = [(d, ix.value, size) for d, (ix, size) in enumerate(zip(acc.indices, info.shape, strict=True))
+                         if isinstance(ix, Num) and not 0 <= ix.value < size]
+            for d, value, size in constants:  # anywhere, also inside an if_then_else branch
+                problems.append(_at(site, "subscript-out-of-range", f"{acc.tensor} subscript {d + 1} is "
+                                    f"{value}, outside 0..{size - 1}"))
+            if constants:
+                continue
+            # The same subscripts as lowering checks (leir.lower.check), with the same ranges: a
+            # program that passes here is not refused there for an access out of bounds.
+            writes = acc is lhs and info.known
+            found = subscript_overflow(acc, bounds, info.shape) if writes or id(acc) in unguarded else None
+            if found is not None:
+                d, (lo, hi) = found
+                code, what = ("write-out-of-range", "writes") if writes else ("subscript-out-of-range", "reads")
+                problems.append(_at(site, code, f"{what} {acc.tensor} at subscript {d + 1} = "
+                                    f"{format_expr(acc.indices[d])} in {lo}..{hi} over the loop ranges, outside "
+                                    f"0..{info.shape[d] - 1}"))
     return _dedupe(problems)
 
 
@@ -232,11 +246,14 @@ def _share_loop(a: StmtSite, b: StmtSite) -> bool:
 
 
 def _reads_unconditionally(expr, target: Access) -> bool:
-    if expr == target:
-        return True
-    if isinstance(expr, Select):
-        return _reads_unconditionally(expr.cond, target)
-    return any(_reads_unconditionally(c, target) for c in children(expr))
+    """`target` is read whenever `expr` is evaluated: outside the branches of `if_then_else`."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if node == target:
+            return True
+        stack.extend((node.cond,) if isinstance(node, Select) else children(node))
+    return False
 
 
 def _dedupe(problems: list[Problem]) -> list[Problem]:

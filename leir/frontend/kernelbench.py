@@ -83,7 +83,9 @@ def _arithmetic(node, known: dict):
 
 def _parse(path: Path) -> ast.Module:
     try:
-        tree = ast.parse(path.read_text(), filename=str(path))
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except UnicodeDecodeError as e:
+        raise ProblemError(f"cannot read {path}: not UTF-8 text (offset {e.start})") from None
     except (OSError, SyntaxError) as e:
         raise ProblemError(f"{path}: cannot read the problem file: {e}") from None
     tree.body = [part for stmt in tree.body for part in _split_assignment(stmt)]
@@ -171,6 +173,8 @@ def load_module(path: Path, overrides: dict[str, int | float]):
     module = importlib.util.module_from_spec(spec)
     try:
         exec(compile(tree, str(path), "exec"), module.__dict__)  # noqa: S102 - the user's own problem file
+    except MemoryError:  # the file's memory limit: its record says so (cli/translate.py)
+        raise
     except Exception as e:
         raise ProblemError(f"{path}: the problem file fails to load: {type(e).__name__}: {e}") from None
     for required in ("Model", "get_inputs", "get_init_inputs"):
@@ -235,6 +239,8 @@ def _probe(path: Path, values: dict) -> list[int]:
     try:
         with torch.no_grad():
             model(*inputs)
+    except MemoryError:  # the file's memory limit: its record says so (cli/translate.py)
+        raise
     except Exception as e:
         if "meta" not in str(e):
             raise
@@ -259,14 +265,18 @@ class Shrink:
     largest: int
 
 
-def shrink_constants(path: Path, values: dict, fixed: set[str], limit: int) -> Shrink:
+def shrink_constants(path: Path, values: dict, fixed: set[str], limit: int, start: dict | None = None) -> Shrink:
     """Halve written-out integer constants (largest first; equal ones together, e.g. a batch size and
     a length that must stay equal) until every input has at most `limit` elements, or nothing more
-    can be halved."""
-    overrides = {k: v for k, v in values.items() if k in fixed}
+    can be halved. `values` are the constants to start from; those named in `fixed` keep their
+    value, and `start` gives values that differ from the file's and may shrink (e.g. `--set N=4096`
+    when the file is verified on a shrunk instance of its own accord)."""
+    overrides = {k: v for k, v in values.items() if k in fixed} | dict(start or {})
     try:
         sizes = _probe(path, overrides)
     except ProblemError:
+        raise
+    except MemoryError:  # the file's memory limit: its record says so (cli/translate.py)
         raise
     except Exception as e:
         raise ProblemError(f"{path}: the model does not run with these constants: {type(e).__name__}: {e}") from None
@@ -278,8 +288,7 @@ def shrink_constants(path: Path, values: dict, fixed: set[str], limit: int) -> S
         if step is None:
             break
         current, overrides, sizes = step
-    original = read_constants(path)
-    changed = {k: v for k, v in overrides.items() if k not in fixed and v != original.get(k)}
+    changed = {k: v for k, v in overrides.items() if k not in fixed and v != values.get(k)}
     kept = sorted({k if isinstance(k, str) else k[0] for k in frozen} - set(changed))
     return Shrink(changed, kept, _excess(sizes, limit) == 0, max(sizes, default=0))
 
@@ -298,6 +307,8 @@ def _shrink_step(path, values, roots, overrides, frozen, sizes, limit):
                 trial[name] = _halved(trial.get(name, values[name]), index)
             try:
                 trial_sizes = _probe(path, trial)
+            except MemoryError:  # the file's memory limit: its record says so (cli/translate.py)
+                raise
             except Exception:
                 if len(keys) == 1:
                     frozen.add(keys[0])  # the model needs this value (kernel size, divisibility, heads ...)
@@ -327,18 +338,20 @@ def _halved(value, index):
 
 
 def load_problem(path: str | Path, overrides: dict[str, int | float] | None = None,
-                 max_elements: int | None = None, strict: bool = True) -> Problem:
+                 max_elements: int | None = None, strict: bool = True, shrink_overrides: bool = False) -> Problem:
     """Load, override, optionally shrink, then build the model and its example inputs (CPU).
 
     When the inputs cannot be shrunk to `max_elements`, `strict` raises ProblemError; otherwise the
-    problem is built at the smallest size found and `notes` says which constants could not shrink."""
+    problem is built at the smallest size found and `notes` says which constants could not shrink.
+    Overridden constants keep their values unless `shrink_overrides`."""
     path = Path(path)
     overrides = dict(overrides or {})
     constants = read_constants(path, overrides)
     shrunk: dict = {}
     notes: list[str] = []
     if max_elements is not None:
-        result = shrink_constants(path, constants, set(overrides), max_elements)
+        fixed, start = (set(), overrides) if shrink_overrides else (set(overrides), None)
+        result = shrink_constants(path, constants, fixed, max_elements, start)
         shrunk = result.changed
         if not result.reached:
             kept = ", ".join(f"{constant_label(k)}={constants[k]}" for k in result.kept if k in constants) or "none"
@@ -352,6 +365,8 @@ def load_problem(path: str | Path, overrides: dict[str, int | float] | None = No
     torch.manual_seed(0)
     try:
         model, inputs = _instantiate(module)
+    except MemoryError:  # the file's memory limit: its record says so (cli/translate.py)
+        raise
     except Exception as e:
         raise ProblemError(f"{path}: building the model fails: {type(e).__name__}: {e}") from None
     notes += _deterministic(model)
@@ -369,6 +384,8 @@ def load_problem_meta(path: str | Path, overrides: dict[str, int | float] | None
     module = load_module(path, overrides)
     try:
         model, inputs = _instantiate(module, "meta")
+    except MemoryError:  # the file's memory limit: its record says so (cli/translate.py)
+        raise
     except Exception as e:
         raise ProblemError(f"{path}: building the model fails: {type(e).__name__}: {e}") from None
     notes = _deterministic(model)

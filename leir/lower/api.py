@@ -36,10 +36,12 @@ from functools import lru_cache
 import numpy as np
 import tvm
 
+from leir.analysis import program_depth
 from leir.ast import Program
 from leir.lower.blocks import plan_blocks
 from leir.lower.emit import emit_primfunc
 from leir.lower.planner import TARGET_KINDS, LoweringError, Plan, plan_program
+from leir.lower.stack import call_with_stack_for
 from leir.lower.tensorir import emit_tensorir
 from leir.parse import parse_program
 from leir.signature import Signature
@@ -82,6 +84,10 @@ def plan(program: Program | str, signature: Signature | dict | str, target_kind:
 def lower_to_primfunc(program: Program | str, signature: Signature | dict | str,
                       target_kind: str = "llvm", form: str = "plain") -> tvm.tirx.PrimFunc:
     program, signature = _as_program(program), _as_signature(signature)
+    return call_with_stack_for(program_depth(program), _primfunc, program, signature, target_kind, form)
+
+
+def _primfunc(program: Program, signature: Signature, target_kind: str, form: str) -> tvm.tirx.PrimFunc:
     p = plan_program(program, signature, _checked_form(target_kind, form))
     try:
         if form == "tensorir":
@@ -95,12 +101,19 @@ def lower_to_primfunc(program: Program | str, signature: Signature | dict | str,
 
 def lower_to_script(program: Program | str, signature: Signature | dict | str,
                     target_kind: str = "llvm", form: str = "plain") -> str:
-    return lower_to_primfunc(program, signature, target_kind, form).script()
+    program, signature = _as_program(program), _as_signature(signature)
+    return call_with_stack_for(program_depth(program),
+                               lambda: _primfunc(program, signature, target_kind, form).script())
 
 
 def build(program: Program | str, signature: Signature | dict | str, target_kind: str = "llvm",
           arch: str = "sm_90", form: str = "plain"):
-    func = lower_to_primfunc(program, signature, target_kind, form)
+    program, signature = _as_program(program), _as_signature(signature)
+    return call_with_stack_for(program_depth(program), _build, program, signature, target_kind, arch, form)
+
+
+def _build(program: Program, signature: Signature, target_kind: str, arch: str, form: str):
+    func = _primfunc(program, signature, target_kind, form)
     target = make_target(target_kind, arch)
     try:
         return tvm.compile(tvm.IRModule({"main": func}), target=target)
@@ -110,8 +123,9 @@ def build(program: Program | str, signature: Signature | dict | str, target_kind
 
 def cuda_source(program: Program | str, signature: Signature | dict | str, arch: str = "sm_90",
                 form: str = "plain") -> str:
-    ex = build(program, signature, "cuda", arch, form)
-    return ex.mod.imports[0].inspect_source()
+    program = _as_program(program)
+    return call_with_stack_for(program_depth(program),
+                               lambda: build(program, signature, "cuda", arch, form).mod.imports[0].inspect_source())
 
 
 def run_numpy(program: Program | str, signature: Signature | dict | str,

@@ -2,8 +2,15 @@
 nest and statement (1-based) and what is wrong, instead of a TVM check failing later without context."""
 from __future__ import annotations
 
-from leir.analysis import StmtSite, TensorInfo, index_range, tensor_table
-from leir.ast import Access, Program, Select, Stmt, Var, accesses, children
+from leir.analysis import (
+    StmtSite,
+    TensorInfo,
+    site_depth_problem,
+    subscript_overflow,
+    tensor_table,
+    unguarded_reads,
+)
+from leir.ast import Access, Program, Stmt, Var, accesses, children
 from leir.dtypes import LOWERABLE_CODES
 from leir.errors import LeirError
 from leir.printer import format_stmt
@@ -22,6 +29,15 @@ def describe_site(site: StmtSite, sites: list[StmtSite]) -> str:
     return f"nest {site.nest_index + 1}, statement {k} `{format_stmt(site.stmt)}`"
 
 
+def describe_sites(sites: list[StmtSite]) -> dict[int, str]:
+    """`describe_site` of every statement, by program order, in one pass."""
+    out, counts = {}, {}
+    for site in sites:
+        k = counts[site.nest_index] = counts.get(site.nest_index, 0) + 1
+        out[site.order] = f"nest {site.nest_index + 1}, statement {k} `{format_stmt(site.stmt)}`"
+    return out
+
+
 def checked_table(program: Program, signature: Signature, sites: list[StmtSite]) -> dict[str, TensorInfo]:
     """The tensor table, once every tensor has a lowerable dtype, one dtype, a shape and a rank that
     its accesses agree with."""
@@ -32,25 +48,30 @@ def checked_table(program: Program, signature: Signature, sites: list[StmtSite])
     table = tensor_table(program, signature)
     for site in sites:
         for acc in [*accesses(site.stmt.lhs), *accesses(site.stmt.rhs)]:
-            _check_access(acc, table[acc.tensor], describe_site(site, sites))
+            problem = _access_problem(acc, table[acc.tensor])
+            if problem:  # the statement is printed only for the message
+                raise LoweringError(f"{describe_site(site, sites)}: {problem}")
     return table
 
 
-def _check_access(acc: Access, info: TensorInfo, where: str) -> None:
+def _access_problem(acc: Access, info: TensorInfo) -> str:
     if acc.dtype not in LOWERABLE_CODES:
-        raise LoweringError(f"{where}: dtype {acc.dtype} of {acc.tensor} cannot be lowered; "
-                            f"supported codes: {', '.join(LOWERABLE_CODES)}")
+        return (f"dtype {acc.dtype} of {acc.tensor} cannot be lowered; supported codes: "
+                f"{', '.join(LOWERABLE_CODES)}")
     if acc.dtype != info.dtype:
         known = "the signature says" if info.known else "its first access says"
-        raise LoweringError(f"{where}: {acc.tensor} is accessed as {acc.dtype} but {known} {info.dtype}")
+        return f"{acc.tensor} is accessed as {acc.dtype} but {known} {info.dtype}"
     if info.shape is None:
-        raise LoweringError(f"{where}: cannot infer the shape of intermediate {acc.tensor}: {info.shape_problem}")
+        return f"cannot infer the shape of intermediate {acc.tensor}: {info.shape_problem}"
     if len(acc.indices) != len(info.shape):
-        raise LoweringError(f"{where}: {acc.tensor} has {len(info.shape)} dimensions but is accessed with "
-                            f"{len(acc.indices)} subscripts")
+        return f"{acc.tensor} has {len(info.shape)} dimensions but is accessed with {len(acc.indices)} subscripts"
+    return ""
 
 
 def check_site(site: StmtSite, where: str, table: dict[str, TensorInfo], signature: Signature) -> None:
+    depth_problem = site_depth_problem(site)
+    if depth_problem:
+        raise LoweringError(f"{where}: {depth_problem}")
     names = [lp.var for lp in site.loops]
     shadowed = sorted({n for n in names if names.count(n) > 1})
     if shadowed:
@@ -62,9 +83,10 @@ def check_site(site: StmtSite, where: str, table: dict[str, TensorInfo], signatu
     spec = signature.get(site.stmt.lhs.tensor)
     if spec is not None and spec.role == "input":
         raise LoweringError(f"{where}: writes the input tensor {spec.name} (inputs are read-only)")
-    # Out-of-range accesses would write or read foreign memory (or crash the worker) silently.
+    # Out-of-range accesses would write or read foreign memory (or crash the worker) silently; `leir
+    # check` reports the same accesses (leir.validate: write-out-of-range, subscript-out-of-range).
     _check_bounds(site.stmt.lhs, site.bounds, table, where, "writes")
-    for acc in _unguarded_reads(site.stmt):
+    for acc in unguarded_reads(site.stmt):
         _check_bounds(acc, site.bounds, table, where, "reads")
 
 
@@ -76,24 +98,10 @@ def _walk(stmt: Stmt):
         stack.extend(children(node))
 
 
-def _unguarded_reads(stmt: Stmt):
-    """Accesses that execute whenever the statement does: not inside a branch of `if_then_else`
-    (padding reads legitimately fall outside the tensor there; the branch is never evaluated)."""
-    stack = list(stmt.lhs.indices) + [stmt.rhs]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, Select):
-            stack.append(node.cond)
-            continue
-        if isinstance(node, Access):
-            yield node
-        stack.extend(children(node))
-
-
 def _check_bounds(acc: Access, bounds, table, where: str, verb: str) -> None:
     shape = table[acc.tensor].shape
-    for d, ix in enumerate(acc.indices):
-        r = index_range(ix, bounds)  # None for a gather: only known at run time
-        if r is not None and (r[0] < 0 or r[1] >= shape[d]):
-            raise LoweringError(f"{where}: {verb} {acc.tensor} out of bounds: subscript {d + 1} ranges over "
-                                f"[{r[0]}, {r[1]}] but the dimension has size {shape[d]}")
+    found = subscript_overflow(acc, bounds, shape)
+    if found is not None:
+        d, (lo, hi) = found
+        raise LoweringError(f"{where}: {verb} {acc.tensor} out of bounds: subscript {d + 1} ranges over "
+                            f"[{lo}, {hi}] but the dimension has size {shape[d]}")

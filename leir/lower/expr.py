@@ -195,16 +195,21 @@ def identity_value(value: int | float, dtype: str):
 
 def _pure_index(e) -> bool:
     """Integers and loop indices only (no tensor data, no float literal)."""
-    match e:
-        case Num(value=v):
-            return isinstance(v, int)
-        case Var():
-            return True
-        case Neg(operand=a):
-            return _pure_index(a)
-        case BinOp(op="+" | "-" | "*" | "//" | "%", lhs=a, rhs=b):
-            return _pure_index(a) and _pure_index(b)
-    return False
+    stack = [e]
+    while stack:
+        match stack.pop():
+            case Num(value=v):
+                if not isinstance(v, int):
+                    return False
+            case Var():
+                pass
+            case Neg(operand=a):
+                stack.append(a)
+            case BinOp(op="+" | "-" | "*" | "//" | "%", lhs=a, rhs=b):
+                stack += (a, b)
+            case _:
+                return False
+    return True
 
 
 def _data_dtype(e, buffers) -> str | None:
@@ -235,8 +240,23 @@ def _value_children(node) -> tuple:
 
 
 
+class _Then:
+    """A marker on `ExprLowering`'s work stack: apply `combine` to the last `arity` results."""
+
+    __slots__ = ("combine", "arity")
+
+    def __init__(self, combine, arity: int):
+        self.combine, self.arity = combine, arity
+
+
 class ExprLowering:
-    """Translates the expressions of one statement; `env` maps loop indices to TIR variables."""
+    """Translates the expressions of one statement; `env` maps loop indices to TIR variables.
+
+    Expressions are lowered with an explicit work stack, not recursion, so that a sum of 10,000 terms
+    or a nesting 10,000 deep lowers like any other (issue 28). Each node is planned by `_plan_index`,
+    `_plan_value` or `_plan_cond` as a TIR expression (a leaf), or as the tasks of its operands
+    (`("index", e)`, `("value", e, lit)`, `("cond", c)`, lowered left to right) and a function that
+    combines their results."""
 
     def __init__(self, buffers: dict, env: dict, lhs_dtype: str, where: str):
         self.buffers, self.env, self.lhs_dtype, self.where = buffers, env, lhs_dtype, where
@@ -244,68 +264,97 @@ class ExprLowering:
     def fail(self, what: str):
         raise LoweringError(f"{self.where}: {what}")
 
-    # --- subscripts --------------------------------------------------------------------------------
+    # --- entry points ------------------------------------------------------------------------------
 
     def index(self, e):
-        match e:
-            case Num(value=v) if isinstance(v, int):
-                return tirx.const(v, INDEX_DTYPE)
-            case Var(name=n):
-                return self.var(n)
-            case Access():
-                return cast(self.load(e), INDEX_DTYPE)  # a gather: the element is an index
-            case Neg(operand=a):
-                return tirx.const(0, INDEX_DTYPE) - self.index(a)
-            case BinOp(op="+", lhs=a, rhs=b):
-                return self.index(a) + self.index(b)
-            case BinOp(op="-", lhs=a, rhs=b):
-                return self.index(a) - self.index(b)
-            case BinOp(op="*", lhs=a, rhs=b):
-                return self.index(a) * self.index(b)
-            case BinOp(op="//", lhs=a, rhs=b):
-                return tirx.floordiv(self.index(a), self.index(b))
-            case BinOp(op="%", lhs=a, rhs=b):
-                return tirx.floormod(self.index(a), self.index(b))
-        self.fail(f"not an integer index expression: {e!r}")
+        return self._lower(("index", e))
+
+    def value(self, e, lit: str | None = None):
+        return self._lower(("value", e, lit or self.lhs_dtype))
+
+    def cond(self, c):
+        return self._lower(("cond", c))
+
+    def load(self, acc: Access):
+        return self._lower(("load", acc))
 
     def var(self, name: str):
         if name not in self.env:
             self.fail(f"index {name} is not bound by an enclosing loop")
         return self.env[name]
 
-    def load(self, acc: Access):
+    def _lower(self, task):
+        results: list = []
+        stack: list = [task]
+        planners = {"index": self._plan_index, "value": self._plan_value, "cond": self._plan_cond,
+                    "load": self._plan_load}
+        while stack:
+            task = stack.pop()
+            if task.__class__ is _Then:
+                k = task.arity
+                args = results[len(results) - k:]
+                del results[len(results) - k:]
+                results.append(task.combine(*args))
+                continue
+            planned = planners[task[0]](*task[1:])
+            if planned.__class__ is not tuple:
+                results.append(planned)
+                continue
+            tasks, combine = planned
+            stack.append(_Then(combine, len(tasks)))
+            stack.extend(reversed(tasks))
+        return results[0]
+
+    # --- subscripts --------------------------------------------------------------------------------
+
+    def _plan_index(self, e):
+        match e:
+            case Num(value=v) if isinstance(v, int):
+                return tirx.const(v, INDEX_DTYPE)
+            case Var(name=n):
+                return self.var(n)
+            case Access():
+                return self._plan_load(e, lambda x: cast(x, INDEX_DTYPE))  # a gather: the element is an index
+            case Neg(operand=a):
+                return [("index", a)], lambda x: tirx.const(0, INDEX_DTYPE) - x
+            case BinOp(op="+" | "-" | "*" | "//" | "%" as op, lhs=a, rhs=b):
+                return [("index", a), ("index", b)], _INDEX_OPS[op]
+        self.fail(f"not an integer index expression: {_text(e)}")
+
+    def _plan_load(self, acc: Access, then=None):
         buf = self.buffers[acc.tensor]
-        return tirx.BufferLoad(buf, [self.index(i) for i in acc.indices])
+
+        def combine(*indices):
+            x = tirx.BufferLoad(buf, list(indices))
+            return then(x) if then is not None else x
+
+        if not acc.indices:
+            return combine()
+        return [("index", i) for i in acc.indices], combine
 
     # --- values ------------------------------------------------------------------------------------
 
-    def value(self, e, lit: str | None = None):
-        """`e` computed in `lit`, the statement's dtype (or, inside a condition, the dtype of what
-        it compares): literals, indices and accesses of other dtypes are converted to it."""
-        lit = lit or self.lhs_dtype
+    def _plan_value(self, e, lit: str):
         match e:
             case Num(value=v):
                 return self.literal(v, lit)
             case Var(name=n):
                 return self.convert(self.var(n), lit)
             case Access():
-                return self.convert(self.load(e), lit, tvm_dtype(e.dtype))
+                return self._plan_load(e, lambda x: self.convert(x, lit, tvm_dtype(e.dtype)))
             case Neg(operand=Num(value=v)):
                 return self.literal(-v, lit)
             case Neg(operand=a):
-                x = self.value(a, lit)
-                x = cast(x, "int32") if dtype_of(x) == "bool" else x
-                return tirx.const(0, dtype_of(x)) - x
+                return [("value", a, lit)], _negate
+            case BinOp(op="**", lhs=a, rhs=b):
+                return self._plan_power(a, b, lit)
             case BinOp(op=op, lhs=a, rhs=b):
-                return self.binop(op, a, b, lit)
+                return [("value", a, lit), ("value", b, lit)], lambda x, y: self._binop(op, x, y, lit)
             case Call(fn=fn, args=args):
-                out = self.call(fn, [self.value(a, lit) for a in args])
-                return out if fn in ("abs", "max", "min") else self.settle(out, lit)
+                return [("value", a, lit) for a in args], lambda *xs: self._call(fn, list(xs), lit)
             case Select(cond=c, then=t, otherwise=o):
-                a, b = self.value(t, lit), self.value(o, lit)
-                dt = promote(dtype_of(a), dtype_of(b))
-                return tirx.if_then_else(self.cond(c), cast(a, dt), cast(b, dt))
-        self.fail(f"not a value expression: {e!r}")
+                return [("value", t, lit), ("value", o, lit), ("cond", c)], _select
+        self.fail(f"not a value expression: {_text(e)}")
 
     def literal(self, value, lit: str):
         if lit == "bfloat16":
@@ -325,10 +374,11 @@ class ExprLowering:
         explicitly (BF16_WORK); any other dtype rounds by itself."""
         return round_to_bfloat16(result) if lit == "bfloat16" and dtype_of(result) == BF16_WORK else result
 
-    def binop(self, op: str, a, b, lit: str):
-        if op == "**":
-            return self.power(a, b, lit)
-        x, y = self.value(a, lit), self.value(b, lit)
+    def _call(self, fn: str, args: list, lit: str):
+        out = self.call(fn, args)
+        return out if fn in ("abs", "max", "min") else self.settle(out, lit)
+
+    def _binop(self, op: str, x, y, lit: str):
         dt = promote(dtype_of(x), dtype_of(y))
         if op == "/" and not is_float(dt):
             dt = lit if is_float(lit) else "float32"
@@ -354,23 +404,28 @@ class ExprLowering:
         q = tirx.floor(tirx.Div(xw, yw))
         return cast(q if op == "//" else xw - q * yw, dt)
 
-    def power(self, base, exponent, lit: str):
+    def _plan_power(self, base, exponent, lit: str):
         n = integral_exponent(exponent)
         if n is not None and abs(n) <= MAX_POWER_BY_MULTIPLICATION:
-            x = self.value(base, lit)
-            if dtype_of(x) == "bool":
-                x = cast(x, "int32")
-            if n == 0:
-                return tirx.const(1, dtype_of(x))
-            prod = x
-            for _ in range(abs(n) - 1):
-                prod = self.settle(prod * x, lit)
-            if n > 0:
-                return prod
-            dt = dtype_of(x) if is_float(dtype_of(x)) else "float32"
-            return self.settle(tirx.Div(tirx.const(1.0, dt), cast(prod, dt)), lit)
-        x, y = self.value(base, lit), self.value(exponent, lit)
-        if exponent == Num(0.5):
+            return [("value", base, lit)], lambda x: self._power_by_multiplication(x, n, lit)
+        sqrt = exponent == Num(0.5)
+        return [("value", base, lit), ("value", exponent, lit)], lambda x, y: self._pow(x, y, sqrt, lit)
+
+    def _power_by_multiplication(self, x, n: int, lit: str):
+        if dtype_of(x) == "bool":
+            x = cast(x, "int32")
+        if n == 0:
+            return tirx.const(1, dtype_of(x))
+        prod = x
+        for _ in range(abs(n) - 1):
+            prod = self.settle(prod * x, lit)
+        if n > 0:
+            return prod
+        dt = dtype_of(x) if is_float(dtype_of(x)) else "float32"
+        return self.settle(tirx.Div(tirx.const(1.0, dt), cast(prod, dt)), lit)
+
+    def _pow(self, x, y, sqrt: bool, lit: str):
+        if sqrt:
             return self.settle(self.call("sqrt", [x]), lit)
         dt = promote(dtype_of(x), dtype_of(y))
         work = _math_dtype(dt)
@@ -401,26 +456,62 @@ class ExprLowering:
 
     # --- conditions --------------------------------------------------------------------------------
 
-    def cond(self, c):
+    def _plan_cond(self, c):
         match c:
             case Compare(operands=xs, ops=ops):
-                parts = [self.compare(xs[i], op, xs[i + 1]) for i, op in enumerate(ops)]
-                return _fold(tirx.And, parts)
-            case And(terms=ts):
-                return _fold(tirx.And, [self.cond(t) for t in ts])
-            case Or(terms=ts):
-                return _fold(tirx.Or, [self.cond(t) for t in ts])
-        # a bool access, or any value tested for nonzero in its own dtype
-        return cast(self.value(c, _data_dtype(c, self.buffers)), "bool")
+                tasks, combines = [], []
+                for i, op in enumerate(ops):
+                    pair, combine = self._plan_compare(xs[i], op, xs[i + 1])
+                    tasks += pair
+                    combines.append(combine)
 
-    def compare(self, a, op: str, b):
+                def conjunction(*lowered):
+                    return _fold(tirx.And, [f(lowered[2 * i], lowered[2 * i + 1]) for i, f in enumerate(combines)])
+
+                return tasks, conjunction
+            case And(terms=ts):
+                return [("cond", t) for t in ts], lambda *xs: _fold(tirx.And, list(xs))
+            case Or(terms=ts):
+                return [("cond", t) for t in ts], lambda *xs: _fold(tirx.Or, list(xs))
+        # a bool access, or any value tested for nonzero in its own dtype
+        return [("value", c, _data_dtype(c, self.buffers) or self.lhs_dtype)], lambda x: cast(x, "bool")
+
+    def _plan_compare(self, a, op: str, b):
+        """The two operand tasks of one comparison and how to compare their results."""
         if _pure_index(a) and _pure_index(b):
-            return _COMPARE[op](self.index(a), self.index(b))
+            return [("index", a), ("index", b)], _COMPARE[op]
         kinds = [d for d in (_data_dtype(a, self.buffers), _data_dtype(b, self.buffers)) if d]
         lit = kinds[0] if len(kinds) == 1 else promote(*kinds) if kinds else self.lhs_dtype
-        x, y = self.value(a, lit), self.value(b, lit)
-        dt = promote(dtype_of(x), dtype_of(y))
-        return _COMPARE[op](cast(x, dt), cast(y, dt))
+
+        def compare(x, y):
+            dt = promote(dtype_of(x), dtype_of(y))
+            return _COMPARE[op](cast(x, dt), cast(y, dt))
+
+        return [("value", a, lit), ("value", b, lit)], compare
+
+
+_INDEX_OPS = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y,
+              "//": tirx.floordiv, "%": tirx.floormod}
+
+
+def _negate(x):
+    x = cast(x, "int32") if dtype_of(x) == "bool" else x
+    return tirx.const(0, dtype_of(x)) - x
+
+
+def _select(a, b, c):
+    dt = promote(dtype_of(a), dtype_of(b))
+    return tirx.if_then_else(c, cast(a, dt), cast(b, dt))
+
+
+def _text(e) -> str:
+    """An expression for a message (LEIR text where it has one; repr would recurse on a deep tree)."""
+    from leir.printer import UnprintableError, format_expr
+
+    try:
+        return format_expr(e)
+    except UnprintableError:
+        return type(e).__name__
 
 
 def _math_dtype(dtype: str) -> str:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from leir.analysis import StmtSite, TensorInfo, implicit_inits, statement_sites
 from leir.ast import Access, Loop, Nest, Program, Stmt, accesses
-from leir.lower.check import LoweringError, check_site, checked_table, describe_site
+from leir.lower.check import LoweringError, check_site, checked_table, describe_sites
 from leir.lower.rules import LoopContext, fill_depth, fill_loops, loop_kind
 from leir.signature import Signature
 
@@ -65,7 +65,7 @@ def plan_program(program: Program, signature: Signature, target: str = "llvm") -
         raise LoweringError(f"unknown target kind {target!r}; expected one of {', '.join(TARGET_KINDS)}")
     sites = statement_sites(program)
     table = checked_table(program, signature, sites)
-    where = {s.order: describe_site(s, sites) for s in sites}
+    where = describe_sites(sites)
     for site in sites:
         check_site(site, where[site.order], table, signature)
     builder = _TreeBuilder(program, signature, target, sites, where)

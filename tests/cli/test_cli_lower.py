@@ -70,7 +70,7 @@ def test_lowering_error_is_one_line_on_stderr(files):
 
 @pytest.mark.parametrize("args, message", [
     (["--target", "llvm", "--emit", "cuda"], "error: --emit cuda needs --target cuda"),
-    (["--signature", "missing.json"], "error: cannot read signature missing.json"),
+    (["--signature", "missing.json"], "error: cannot read missing.json: No such file or directory"),
 ])
 def test_bad_options(files, args, message):
     _, prog = files

@@ -104,6 +104,44 @@ def test_rerun_reuses_finished_work_and_changes_nothing(tiny_lake):
     assert results[-1].get("unchanged") is True  # the same release again is recognised, not rewritten
 
 
+def test_changed_data_under_the_same_version_makes_a_development_release(tiny_lake, tmp_path):
+    """Issue 28, finding 7: the data changed and release.version did not (a workload added, `make run`
+    again). The default build writes a development release beside the published one, never over it;
+    the same again changes nothing; a version asked for explicitly is refused; a new version publishes."""
+    import shutil
+
+    from flows.pipeline import run_stage
+    from flows.release import DEV_VERSION, ReleaseError
+    from flows.storage import read_table, write_shard
+
+    root, _ = tiny_lake
+    lake, reports = tmp_path / "lake", tmp_path / "reports"
+    shutil.copytree(root / "lake", lake, ignore=shutil.ignore_patterns(".prefect-results"))
+    shutil.copytree(root / "reports", reports)
+    params = load_params(profile="tiny")
+    published = lake / "releases" / f"v{params.release['version']}"
+    before = {p.relative_to(published): p.read_bytes() for p in published.rglob("*") if p.is_file()}
+    samples = read_table(lake, "samples").to_pylist()
+    for shard in (lake / "samples").glob("*.parquet"):
+        shard.unlink()
+    write_shard(lake, "samples", "all", samples[1:])  # the data changed: one sample fewer
+    first = run_stage("release", params, lake, reports)
+    dev = first["version"]
+    assert DEV_VERSION.match(dev) and dev.startswith("0.1.1-dev+") and first["development_of"] == "0.1.0"
+    assert {p.relative_to(published): p.read_bytes() for p in published.rglob("*") if p.is_file()} == before
+    card = (lake / "releases" / f"v{dev}" / "README.md").read_text()
+    assert f"# Step-TP rebuilt, v{dev}" in card and "## Development release" in card
+    again = run_stage("release", params, lake, reports)
+    assert again["version"] == dev and again["unchanged"] is True
+    assert sorted(p.name for p in (lake / "releases").iterdir()) == ["v0.1.0", f"v{dev}"]
+    with pytest.raises(ReleaseError, match="exists with other contents"):
+        run_stage("release", params, lake, reports, version="0.1.0")
+    bumped = load_params(profile="tiny", overrides={"release": {"version": "0.2.0"}})
+    assert run_stage("release", bumped, lake, reports)["version"] == "0.2.0"
+    log = (lake / "releases" / "v0.2.0" / "CHANGELOG.md").read_text()
+    assert "previous release: v0.1.0" in log and "dev" not in log  # a development release is not published
+
+
 def test_measure_stage_times_every_released_state_once(tiny_lake):
     from flows.measure import state_ids
     from flows.pipeline import run_stage

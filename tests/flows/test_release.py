@@ -217,3 +217,18 @@ def test_card_says_why_a_strategy_has_fewer_samples_than_the_minimum(tmp_path, i
         {**params.raw, "release": {**params.release, "min_samples_per_strategy": 0}}, params.profile_name), {"success": True},
         [], coverage=list(coverage.values()))
     assert "None: every strategy with a site has at least 0" in (enough / "README.md").read_text()
+
+
+@pytest.mark.parametrize(("published", "earlier", "expected"), [
+    ("0.1.0", ["0.1.0"], "0.1.1-dev+0123456789ab"),
+    ("0.1.0", ["0.1.0", "0.1.4"], "0.1.5-dev+0123456789ab"),  # above every release made
+    ("0.3.2", ["0.1.0"], "0.3.3-dev+0123456789ab"),
+])
+def test_a_development_version_leads_to_the_next_patch(published, earlier, expected):
+    from flows.release import DEV_VERSION, development_version, parse_version
+
+    version = development_version(published, earlier, "0123456789abcdef" * 4)
+    assert version == expected and DEV_VERSION.match(version)
+    with pytest.raises(ReleaseError, match="semantic versioning"):
+        parse_version(version)  # never taken for a published version
+    assert parse_version(version, development=True) > parse_version(published)

@@ -137,3 +137,31 @@ def test_a_consumer_that_stops_early_leaves_the_pool_clean(pool):
     assert next(results) == (0, 1)
     results.close()  # the sleeping workers are replaced, not waited for
     assert pool.run([Job(testing.echo, ("clean",)), Job(testing.echo, ("slate",))]) == ["clean", "slate"]
+
+
+# --- issue 28: a fresh forked process per job, and a memory limit ------------------------------------
+
+def test_a_job_past_the_memory_limit_is_killed_and_reported():
+    from gpu_tasks.pool import WorkerPool
+
+    with WorkerPool(workers=1, memory_mb=64, timeout_s=60) as small:
+        results = small.run([Job(testing.hold_memory, (512, 30.0)), Job(testing.hold_memory, (8, 0.0)),
+                             Job(testing.echo, ("after",))])
+    assert results[0].kind == "memory" and "64 MiB" in results[0].message
+    assert results[1:] == [8, "after"]
+
+
+def test_forked_workers_start_fresh_for_every_job():
+    """start_method="fork" with one job per worker: no job sees what an earlier job changed in its own
+    process, and crashes are reported with their exit codes."""
+    import json
+
+    from gpu_tasks.pool import WorkerPool
+
+    with WorkerPool(workers=1, start_method="fork", max_jobs_per_worker=1) as fresh:
+        assert fresh.run([Job(testing.mutate_module_state) for _ in range(3)]) == ["clean"] * 3
+        pids = fresh.run([Job(testing.worker_pid) for _ in range(3)])
+        crash = fresh.run([Job(testing.segfault), Job(testing.exit_abruptly, (5,))])
+    assert len(set(pids)) == 3 and os.getpid() not in pids
+    assert [(f.kind, f.exitcode) for f in crash] == [("crash", -11), ("crash", 5)]
+    assert not getattr(json, "_steptp_patched", False)  # the caller's own modules are untouched

@@ -206,3 +206,34 @@ def test_translate_record_falls_back_to_the_verified_instance_when_meta_tracing_
     shrunk = translate_one(PROBLEMS / "19_ReLU.py", ["batch_size=4"], 256, "float64", at_size="shrunk")
     assert original["leir"].startswith("B^{4}_{tx=0}L^{16384}") and shrunk["leir"].startswith("B^{4}_{tx=0}L^{64}")
     assert "sizes" not in shrunk
+
+
+# --- issue 28: own-size translation works by default ---------------------------------------------------
+
+@pytest.mark.skipif(not have_verifier(), reason="TVM lowering not available")
+def test_a_program_too_large_to_verify_at_its_own_sizes_is_verified_shrunk_by_default():
+    """KernelBench level 1 problem 1 (`N = 2048 * 2`: 4096^3 multiply-adds, past the verifier's limit):
+    with the default options the record has the program at 4096 and was verified on a shrunk instance."""
+    from cli.translate import AUTO_MAX_ELEMENTS, translate_one
+
+    record = translate_one(PROBLEMS / "1_Square_matrix_multiplication_4096.py", [], None, None)
+    assert record["ok"] and record["verification"]["status"] in ("exact", "close"), record
+    assert record["leir"].startswith("B^{4096}_{tx=0}L^{4096}_{a=0}L^{4096}_{c=0}")
+    assert record["sizes"]["emitted"]["A"] == [4096, 4096]
+    verified = record["sizes"]["verified"]["A"]
+    assert verified[0] * verified[1] <= AUTO_MAX_ELEMENTS and verified[0] < 4096
+    assert record["sizes"]["constants_changed"]["N"][0] == 4096 and record["same_structure"]
+    assert "too large to verify (68,719,476,736 statement executions" in record["notes"][0]
+    # the same with the size given by --set (shrinking on its own accord may shrink it for the instance)
+    pinned = translate_one(PROBLEMS / "1_Square_matrix_multiplication.py", ["N=4096"], None, None)
+    assert pinned["ok"] and pinned["sizes"]["emitted"]["A"] == [4096, 4096]
+    assert pinned["sizes"]["constants_changed"]["N"][0] == 4096
+
+
+@pytest.mark.skipif(not have_verifier(), reason="TVM lowering not available")
+def test_a_program_small_enough_is_still_verified_at_its_own_sizes():
+    from cli.translate import translate_one
+
+    record = translate_one(PROBLEMS / "19_ReLU.py", ["batch_size=2", "dim=64"], None, "float64")
+    assert record["ok"] and "sizes" not in record and record["notes"] == []
+    assert record["signature"]["tensors"][0]["shape"] == [2, 64]
