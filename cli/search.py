@@ -56,7 +56,7 @@ def search_command(
         iterations: Annotated[int, typer.Option(min=1, help="MCTS iterations.")] = 64,
         target: Annotated[str, typer.Option(help="llvm (CPU) or cuda (needs a GPU).")] = "llvm",
         repeats: Annotated[int, typer.Option(min=3, help="Timing samples per side.")] = 5,
-        min_repeat_ms: Annotated[int, typer.Option(min=1, help="Minimum length of one timing sample.")] = 20,
+        min_repeat_ms: Annotated[int, typer.Option(min=1, help="Minimum length of one timing sample.")] = 10,
         base_url: Annotated[str | None, typer.Option(help="llm: endpoint base URL (else the env).")] = None,
         model: Annotated[str | None, typer.Option(help="llm: model name (else the env).")] = None,
         proposals: Annotated[int, typer.Option(min=1, help="llm: proposals asked per state.")] = 3,

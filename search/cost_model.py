@@ -165,7 +165,8 @@ class PriorModel:
         import xgboost as xgb
 
         x, y = _features(programs), np.asarray(log2_us, dtype=np.float64)
-        booster = xgb.train(_booster_params(seed, depth=6, eta=0.1), xgb.DMatrix(x, label=y), num_boost_round=rounds)
+        booster = xgb.train(_booster_params(seed, depth=6, eta=0.1), xgb.DMatrix(x, label=y, nthread=1),
+                            num_boost_round=rounds)
         return cls(booster, {"features": list(FEATURE_NAMES), "rows": len(y), **(info or {})})
 
     def log2_us(self, programs: list[Program] | np.ndarray) -> np.ndarray:
@@ -175,7 +176,7 @@ class PriorModel:
             return np.zeros(0)
         import xgboost as xgb
 
-        return self.booster.predict(xgb.DMatrix(x)).astype(np.float64)
+        return self.booster.predict(xgb.DMatrix(x, nthread=1)).astype(np.float64)
 
     def save(self, path) -> None:
         import json
@@ -283,7 +284,7 @@ class CostModel:
 
         x = np.vstack(self.features)
         y = np.asarray(self.targets)
-        data = xgb.DMatrix(x, label=y, base_margin=np.asarray(self.margins))
+        data = xgb.DMatrix(x, label=y, base_margin=np.asarray(self.margins), nthread=1)
         self._booster = xgb.train(_booster_params(self.seed), data, num_boost_round=self.rounds)
         self.version += 1
 
@@ -298,7 +299,7 @@ class CostModel:
             return margin
         import xgboost as xgb
 
-        return self._booster.predict(xgb.DMatrix(x, base_margin=margin))
+        return self._booster.predict(xgb.DMatrix(x, base_margin=margin, nthread=1))
 
 
 @dataclass
