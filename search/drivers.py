@@ -9,8 +9,14 @@ its reward is root time / state time. TVM stays out of this module: the caller p
 - `measure(root, state) -> (root_us, state_us)` or `(root_us, state_us, spread)`, or None when the
   state cannot be timed.
 
+A *macro* action (`Action.steps`, `search.macros`) is several atomic actions offered as one
+proposal: each step becomes a state of its own, verified against the root and recorded in the tree
+(the trajectory stays step-level); its last state is timed (every one with
+`DriverConfig.time_macro_steps`) and counts as one successor of the state the macro started from.
+
 Budgets: `Budget.states` counts states sent to verification (duplicates and rejected proposals cost
-nothing), `Budget.wall_s` the wall time. States are de-duplicated by alpha hash. A run is
+nothing; each new step of a macro counts), `Budget.wall_s` the wall time. States are de-duplicated
+by alpha hash. A run is
 deterministic for a seed given deterministic callables: every random choice draws from
 `random.Random(f"{seed}:...")` (in the policies), never the global RNG, never set order, and ties
 between equal rewards break by creation order.
@@ -298,7 +304,10 @@ class Search:
         for k, (step, alpha) in enumerate(zip(macro.steps, alphas, strict=True)):
             if alpha in self.seen:
                 seen = self.nodes[self.seen[alpha]]
-                if seen.status not in PASSING:
+                if seen.status not in PASSING or seen.text != format_program(step.after):
+                    # failed before, or the same state under other names: the next step's record would
+                    # not start from the recorded text
+                    self.duplicates += 1
                     return None
                 node = seen
                 continue

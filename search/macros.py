@@ -300,18 +300,52 @@ def row_kernels(ctx: Context, machine: Machine = DEFAULT_MACHINE) -> list[Macro]
 
 
 def _vectorise_and_parallelise(b: _Builder, n: int, machine: Machine) -> None:
+    """One nest: a unit-stride spatial loop sunk innermost when a reduction loop is (a pooling window),
+    the innermost loop vectorised, the outermost spatial loop with work for every core made parallel
+    (moved outside the reduction loops first when it stands inside them)."""
     nest = b.program.nests[n]
     if not all(isinstance(i, Stmt) for i in nest.body) or not nest.loops:
         return
-    inner = nest.loops[-1]
-    lanes = machine.lanes(nest.body[0].lhs.dtype)
+    stmt = nest.body[0]
+    spatial = set(lhs_vars(stmt)) if len(nest.body) == 1 else {lp.var for lp in nest.loops}
+    names = [lp.var for lp in nest.loops]
+    unit = stmt.lhs.indices[-1].name if stmt.lhs.indices and isinstance(stmt.lhs.indices[-1], Var) else None
+    if len(nest.body) == 1 and names[-1] not in spatial and unit in names[:-1] \
+            and all(v not in spatial for v in names[names.index(unit) + 1:]) \
+            and _walks_contiguously(b.program, stmt, unit):
+        k = names.index(unit)
+        b.apply("loop_reorder", {"swap": [unit, names[-1]]} if k == len(names) - 2 else
+                {"move": unit, "to": len(names) - 1}, _at(n))
+    inner = b.program.nests[n].loops[-1]
+    lanes = machine.lanes(stmt.lhs.dtype)
     if inner.kind == "L" and len(nest.loops) > 1:
         for params in _vector_params(inner.extent, lanes):
             if b.apply("loop_vectorization", params, _at(n, (inner.var,))):
                 break
-    outer = b.program.nests[n].loops[0]
-    if outer.kind in ("L", "B") and outer.extent >= machine.cores:
-        b.apply("loop_parallelization", {}, _at(n, (outer.var,)))
+    loops = b.program.nests[n].loops
+    if any(lp.kind == "P" for lp in loops):
+        return
+    spatial |= {lp.var for lp in loops if lp.var not in names}     # split-off outer loops of spatial ones
+    for k, lp in enumerate(loops[:-1]):
+        if lp.var not in spatial or lp.extent < machine.cores or lp.kind not in ("L", "B"):
+            continue
+        first_reduction = next((j for j, x in enumerate(loops) if x.var not in spatial), len(loops))
+        if k > first_reduction:   # inside a reduction loop: one fork/join per reduction step otherwise
+            if not b.apply("loop_reorder", {"swap": [loops[first_reduction].var, lp.var]}
+                           if k - first_reduction == 1 else {"move": lp.var, "to": first_reduction}, _at(n)):
+                continue
+        b.apply("loop_parallelization", {}, _at(n, (lp.var,)))
+        return
+
+
+def _walks_contiguously(program: Program, stmt: Stmt, var: str) -> bool:
+    """Every access of the statement has stride 0 or 1 along `var` (vector lanes without gathers)."""
+    shapes = tensor_shapes(program)
+    for acc in (stmt.lhs, *accesses(stmt.rhs)):
+        st = access_strides(shapes.get(acc.tensor), acc)
+        if st is None or abs(st.get(var, 0)) > 1:
+            return False
+    return True
 
 
 def _vector_params(extent: int, lanes: int) -> Iterator[dict]:
