@@ -156,37 +156,80 @@ def tile_shapes(rows: int, cols: int, lanes: int, registers: int, cores: int) ->
 
 def micro_kernels(ctx: Context, machine: Machine = DEFAULT_MACHINE, variants: int = 3) -> list[Macro]:
     """Micro-kernel proposals for the heaviest contraction: the best tile shapes, with and without
-    a packed copy of the reused operand."""
+    a packed copy of the reused operand; where the program has several contractions (attention, an
+    MLP), also one macro that gives each of them its best tile, heaviest first."""
     found = contractions(ctx.program)
     if not found:
         return []
-    con = found[0]
-    nest = ctx.program.nests[con.nest]
-    extents = {lp.var: lp.extent for lp in nest.loops}
-    dtype = nest.body[0].lhs.dtype
-    lanes = machine.lanes(dtype)
-    shapes = tile_shapes(extents[con.rows], extents[con.cols], lanes, machine.vector_registers, machine.cores)
-    plans = [(r, c, False) for r, c in shapes[:2]] + [(r, c, True) for r, c in shapes[:1]]
+    plans = [(r, c, False) for r, c in _shapes_for(ctx.program, found[0], machine)[:2]]
+    plans += [(r, c, True) for r, c in _shapes_for(ctx.program, found[0], machine)[:1]]
     out = []
     for r, c, pack in plans:
-        macro = _micro_kernel(ctx, con, r, c, pack, machine)
+        macro = _micro_kernel(ctx, found[0], r, c, pack, machine)
         if macro is not None and all(m.after != macro.after for m in out):
             out.append(macro)
         if len(out) >= variants:
             break
+    if len(found) > 1:
+        macro = _every_contraction(ctx, machine)
+        if macro is not None and all(m.after != macro.after for m in out):
+            out.append(macro)
     return out
+
+
+def _shapes_for(program: Program, con: Contraction, machine: Machine) -> list[tuple[int, int]]:
+    nest = program.nests[con.nest]
+    extents = {lp.var: lp.extent for lp in nest.loops}
+    lanes = machine.lanes(nest.body[0].lhs.dtype)
+    return tile_shapes(extents[con.rows], extents[con.cols], lanes, machine.vector_registers, machine.cores)
 
 
 def _micro_kernel(ctx: Context, con: Contraction, rows: int, cols: int, pack: bool,
                   machine: Machine = DEFAULT_MACHINE) -> Macro | None:
     b = _Builder(ctx)
+    if not _micro_kernel_steps(b, con, rows, cols, pack, machine):
+        return None
+    params = {"tile": [rows, cols], "pack": bool(con.reused_stride != 1 or pack)}
+    return Macro("micro_kernel", params, tuple(b.steps))
+
+
+def _every_contraction(ctx: Context, machine: Machine, max_steps: int = 4 * MAX_MACRO_STEPS) -> Macro | None:
+    """Each contraction its best tile (no packed copy), heaviest first; one that cannot be tiled is
+    left as it is."""
+    b = _Builder(ctx)
+    done, skipped = 0, set()   # skipped: the accumulators (output tensors) of contractions left as they are
+    while True:
+        left = [c for c in contractions(b.program) if _output(b.program, c) not in skipped]
+        if not left:
+            break
+        con = left[0]
+        shapes = _shapes_for(b.program, con, machine)
+        saved = (b.ctx, len(b.steps))
+        if shapes and _micro_kernel_steps(b, con, *shapes[0], False, machine) and len(b.steps) <= max_steps:
+            done += 1
+        else:
+            skipped.add(_output(saved[0].program, con))
+            b.ctx, b.steps = saved[0], b.steps[:saved[1]]
+    if done < 2:
+        return None
+    return Macro("micro_kernel", {"nests": done}, tuple(b.steps))
+
+
+def _output(program: Program, con: Contraction) -> str:
+    return program.nests[con.nest].body[0].lhs.tensor
+
+
+def _micro_kernel_steps(b: _Builder, con: Contraction, rows: int, cols: int, pack: bool,
+                        machine: Machine = DEFAULT_MACHINE) -> bool:
+    """The micro-kernel's steps for `con` appended to `b` (False, with `b` part-way, when a step is
+    not legal)."""
     n = con.nest
-    col_extent = next(lp.extent for lp in ctx.program.nests[n].loops if lp.var == con.cols)
+    col_extent = next(lp.extent for lp in b.program.nests[n].loops if lp.var == con.cols)
     split_cols = cols < col_extent
     if con.reused_stride != 1:
         # a transposed copy first (the later splits then read it through affine subscripts)
         if not _relay(b, con, 0):
-            return None
+            return False
         n += 1  # the copy nest stands before the nest that reads it
     # 1. the rows made parallel first when they are a bound loop (the published form's thread loop):
     # a bound loop's split keeps its point loop bound, which could not be unrolled
@@ -194,11 +237,11 @@ def _micro_kernel(ctx: Context, con: Contraction, rows: int, cols: int, pack: bo
     roles = {con.rows: "rows", con.cols: "cols"}
     roles.update({r: "red" for r in con.reductions})
     if loops[con.cols].kind == "B":
-        return None
+        return False
     if loops[con.rows].kind == "B":
         before = [lp.var for lp in b.program.nests[n].loops]
         if not b.apply("loop_parallelization", {}, _at(n, (con.rows,))):
-            return None
+            return False
         after = [lp.var for lp in b.program.nests[n].loops]
         roles[after[before.index(con.rows)]] = roles.pop(con.rows)   # the parallel loop's index name
     rows_var = next(v for v, r in roles.items() if r == "rows")
@@ -208,23 +251,23 @@ def _micro_kernel(ctx: Context, con: Contraction, rows: int, cols: int, pack: bo
     i, j = names.index(rows_var), names.index(cols_var)
     if split_cols and j == i + 1:
         if not b.apply("loop_tiling", {"factors": [rows, cols]}, _at(n, (rows_var, cols_var))):
-            return None
+            return False
     else:
         if not b.apply("loop_split", {"factor": rows}, _at(n, (rows_var,))):
-            return None
+            return False
         if split_cols and not b.apply("loop_split", {"factor": cols}, _at(n, (cols_var,))):
-            return None
+            return False
     # 3. target order: everything else in its order, then the reduction loops, then rows, cols
     names = [lp.var for lp in b.program.nests[n].loops]
     reds = [v for v in names if roles.get(v) == "red"]
     target = [v for v in names if v not in (rows_var, cols_var) and v not in reds] + reds + [rows_var, cols_var]
     if not _reorder(b, n, target):
-        return None
+        return False
     # 4. rows unrolled, columns vectorised
     if not b.apply("loop_unrolling", {}, _at(n, (rows_var,))):
-        return None
+        return False
     if not b.apply("loop_vectorization", {}, _at(n, (cols_var,))):
-        return None
+        return False
     # 5. else the outermost loop with work for every core made parallel (a batch loop of extent 1 is not)
     if not any(lp.kind == "P" for lp in b.program.nests[n].loops):
         for lp in b.program.nests[n].loops:
@@ -232,13 +275,12 @@ def _micro_kernel(ctx: Context, con: Contraction, rows: int, cols: int, pack: bo
                 break
             if lp.extent >= machine.cores and lp.kind in ("L", "B"):
                 if not b.apply("loop_parallelization", {}, _at(n, (lp.var,))):
-                    return None
+                    return False
                 break
     # 6. a packed copy last, once the columns read it as `block*cols + lane` (its block and lane)
     if pack and con.reused_stride == 1 and not (split_cols and _relay(b, con, cols)):
-        return None
-    params = {"tile": [rows, cols], "pack": bool(con.reused_stride != 1 or pack)}
-    return Macro("micro_kernel", params, tuple(b.steps))
+        return False
+    return True
 
 
 def _relay(b: _Builder, con: Contraction, factor: int) -> bool:

@@ -243,3 +243,17 @@ def test_every_macro_step_verifies_through_tvm():
         assert verify_pair(program, state, signature, "llvm", 2, 0).status == "exact", format_program(state)
     sites = statement_sites(macros[0].after)
     assert sites and all(s.stmt for s in sites)
+
+
+def test_a_program_with_several_contractions_gets_one_macro_for_all_of_them():
+    mlp = parse_program("B^{32}_{tx=0}L^{128}_{a=0}L^{64}_{c=0}"
+                        "[D^{f32,g}_{tx,a}=D^{f32,g}_{tx,a}+A^{f32,g}_{tx,c}*C^{f32,g}_{c,a};];"
+                        "B^{32}_{tx=0}L^{64}_{a=0}L^{128}_{c=0}"
+                        "[F^{f32,g}_{tx,a}=F^{f32,g}_{tx,a}+D^{f32,g}_{tx,c}*E^{f32,g}_{c,a};];")
+    signature = sig(A=[32, 64], C=[64, 128], E=[128, 64], F=[32, 64])
+    macros = micro_kernels(Context(mlp, signature), AVX512)
+    every = [m for m in macros if "nests" in m.params]
+    assert len(every) == 1 and every[0].params == {"nests": 2}
+    assert_chained(every[0], mlp)
+    kernels = [n for n in every[0].after.nests if any(lp.kind == "U" for lp in n.loops)]
+    assert len(kernels) == 2
