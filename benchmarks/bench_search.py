@@ -1,15 +1,18 @@
-"""Search drivers against TVM's MetaSchedule and PyTorch eager (issues 8, 13, 14).
+"""Search drivers against TVM's MetaSchedule and PyTorch eager (issues 8, 13, 14, 27).
 
 For each program (a PyTorch module translated to LEIR; issue 14's set by default: matmul 128^3 and
-256^3, conv2d 1x64x56x56 -> 64 3x3, layernorm 64x768, softmax 64x512, one attention block): the
-library policy ranked by the learned cost model (`search.cost_model`; `--no-model`: the policy's own
-order) with each driver and `--budget` verified states per search (speedup = naive time / best
-state time, both measured in the same session by our timing protocol), then:
+256^3, conv2d 1x64x56x56 -> 64 3x3, layernorm 64x768, softmax 64x512, one attention block) in each
+`--forms` form (`B`: the published form the translator emits, a bound thread loop outermost, serial
+on the CPU; `L`: the same program with every bound loop a serial `L` loop): the library policy ranked
+by the cost model (the offline model learned from the lake, `--prior`, with the program's own
+analysis; `--no-model`: the policy's own order) with each driver and `--budget` verified states per
+search (speedup = naive time / best state time, both measured in the same session by our timing
+protocol), then:
 
 - MetaSchedule on the TensorIR (the reference): the TensorIR form of the original LEIR program tuned
-  with `tune_tir` and `--trials` trials (`gpu_tasks/metaschedule.py`), checked against the program,
-  and timed in one session with the naive program and the searches' best state (the same function,
-  the same protocol);
+  with `tune_tir` and `--trials` trials (`gpu_tasks/metaschedule.py`) once per program (both forms
+  lower to the same function on the CPU), checked against the program, and timed in one session per
+  form with that form's naive program and its searches' best state (the same protocol);
 - PyTorch eager on the module (torch.utils.benchmark, every core);
 - `--relax`: TVM's own path from the PyTorch module through Relax (second figure, slow).
 
@@ -77,6 +80,28 @@ def programs() -> dict[str, tuple[torch.nn.Module, list[torch.Tensor]]]:
 ISSUE_14 = ["matmul_128", "matmul_256", "conv2d_64x56", "layernorm_64x768", "softmax_64x512", "attention_128x64"]
 
 
+def serial_form(program):
+    """`program` with every bound (`B`) loop a serial `L` loop under a fresh index name (the L-form): a
+    tree rewrite, the same computation."""
+    from leir.ast import Loop, Nest, Program, Var, map_stmt
+    from strategies.tree import fresh_indices
+
+    names = fresh_indices(program)
+
+    def visit(nest, mapping):
+        loops = []
+        for lp in nest.loops:
+            if lp.kind == "B":
+                mapping = {**mapping, lp.var: names.fresh()}
+                lp = Loop("L", lp.extent, mapping[lp.var], lp.start)
+            loops.append(lp)
+        body = tuple(visit(i, mapping) if isinstance(i, Nest) else
+                     map_stmt(i, lambda n: Var(mapping[n.name]) if isinstance(n, Var) and n.name in mapping else n)
+                     for i in nest.body)
+        return Nest(tuple(loops), body)
+    return Program(tuple(visit(n, {}) for n in program.nests))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--programs", nargs="*", default=ISSUE_14, help=f"some of {', '.join(programs())}")
@@ -85,6 +110,10 @@ def main() -> int:
     ap.add_argument("--depth", type=int, default=8, help="longest trajectory")
     ap.add_argument("--trials", type=int, default=64, help="MetaSchedule trials per program (each path)")
     ap.add_argument("--no-model", action="store_true", help="the library policy's own order (no cost model)")
+    ap.add_argument("--forms", nargs="*", default=["L", "B"], choices=["L", "B"],
+                    help="program forms searched: L (serial loops), B (the published bound thread loop)")
+    ap.add_argument("--prior", default=str(ROOT / "lake" / "cost_model" / "model.json"),
+                    help="the offline cost model the ranking starts from (skipped when the file is missing)")
     ap.add_argument("--relax", action="store_true", help="also the Relax reference (slow)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", default="", help="append each program's row as a JSON line to this file")
@@ -95,67 +124,96 @@ def main() -> int:
         return 0
 
     from flows.search import torch_eager_us
-    from gpu_tasks.metaschedule import tensorir_reference
+    from gpu_tasks.metaschedule import time_against_tuned, tune_primfunc
+    from gpu_tasks.threads import logical_cpus, tvm_threads_here
     from leir.frontend import translate
-    from search.drivers import Budget, DriverConfig
-    from search.runner import Pools, run_search
+    from leir.lower import lower_to_primfunc
+    from search.cost_model import PriorModel
+    from search.drivers import DriverConfig
+    from search.runner import Pools
 
-    options = {"ranked": not args.no_model, "per_strategy": 40, "per_site": 8}
+    prior = PriorModel.load(args.prior) if not args.no_model and Path(args.prior).exists() else None
+    options = {"ranked": not args.no_model, "prior": prior, "per_strategy": 40, "per_site": 8}
     config = DriverConfig(depth=args.depth, branching=4, width=2, iterations=args.budget * 2)
     rows = []
+    tvm_threads_here(logical_cpus())  # before any kernel runs here: MetaSchedule's runners inherit it
     with Pools() as pools:
         for name in args.programs:
             module, inputs = programs()[name]
             tr = translate(module, inputs)
-            row = {"program": name, "drivers": {}, "budget": args.budget, "trials": args.trials,
-                   "policy": "library+model" if options["ranked"] else "library"}
-            best_leir, best_speedup = None, 0.0
-            for driver in args.drivers:
-                t0 = time.perf_counter()
-                r = run_search(tr.program, tr.signature, driver, "library", Budget(args.budget, 3600.0), 0,
-                               config=config, pools=pools, as_result=True, policy_options=dict(options))
-                row["drivers"][driver] = {"speedup": round(r.best.speedup, 3), "naive_us": r.best.root_us,
-                                          "best_us": r.best.root_us / r.best.speedup if r.best.root_us else None,
-                                          "states": r.states_verified, "strategies": r.strategies(),
-                                          "wall_s": round(time.perf_counter() - t0, 1)}
-                if r.best.speedup > best_speedup:
-                    best_leir, best_speedup = r.best.text, r.best.speedup
-            timed = [d for d in row["drivers"].values() if d["naive_us"]]
-            row["naive_us"] = statistics.median(d["naive_us"] for d in timed) if timed else None
-            row["best_search_us"] = min(d["best_us"] for d in timed) if timed else None
-            row["best_leir"] = best_leir
-            # every core (the usual figure) and one thread: on a loaded 2-core machine the threaded
-            # figure can be far slower (the workers wait for a core); the faster one is the reference
-            row["torch_eager_all_us"] = torch_eager_us(module, inputs)
-            row["torch_eager_1t_us"] = eager_one_thread_us(module, inputs)
-            row["torch_eager_us"] = min(row["torch_eager_all_us"], row["torch_eager_1t_us"])
+            forms = {"B": tr.program, "L": serial_form(tr.program)}
+            searched = {}
+            for form in args.forms:
+                searched[form] = search_form(forms[form], tr.signature, args, config, pools, options)
+            eager_all, eager_1t = torch_eager_us(module, inputs), eager_one_thread_us(module, inputs)
             t0 = time.perf_counter()
-            row.update(tensorir_reference(tr.program, tr.signature, args.trials,
-                                          best=best_leir if best_speedup > 1.0 else None))
-            row["metaschedule_wall_s"] = round(time.perf_counter() - t0, 1)
-            best_now = row["session_best_us"] or row["session_naive_us"]
-            row["metaschedule_over_best_search"] = row["metaschedule_us"] / best_now
-            row["metaschedule_over_naive"] = row["metaschedule_us"] / row["session_naive_us"]
-            row["eager_over_best_search"] = row["torch_eager_us"] / best_now
-            if args.relax:
-                from gpu_tasks.metaschedule_relax import metaschedule_times
+            tuned = tune_primfunc(lower_to_primfunc(tr.program, tr.signature, "llvm", form="tensorir"), args.trials)
+            tuning_s = time.perf_counter() - t0
+            for form, found in searched.items():
+                times = time_against_tuned(forms[form], tr.signature, tuned,
+                                           best=found["best_leir"] if found["best_speedup"] > 1.0 else None)
+                best_now = times.best_us or times.naive_us
+                row = {"program": name, "form": form, "budget": args.budget, "trials": args.trials,
+                       "policy": "library+model" if options["ranked"] else "library",
+                       "prior": bool(prior), **found, "torch_eager_all_us": eager_all, "torch_eager_1t_us": eager_1t,
+                       "torch_eager_us": min(eager_all, eager_1t), "metaschedule_us": times.tuned_us,
+                       "session_naive_us": times.naive_us, "session_best_us": times.best_us,
+                       "session_spread": times.spread, "session_threads": times.threads,
+                       "metaschedule_verification": times.verification, "metaschedule_tuning_s": round(tuning_s, 1),
+                       "metaschedule_over_best_search": times.tuned_us / best_now,
+                       "metaschedule_over_naive": times.tuned_us / times.naive_us,
+                       "eager_over_best_search": eager_all / best_now}
+                if args.relax and form == args.forms[-1]:
+                    from gpu_tasks.metaschedule_relax import metaschedule_times
 
-                t0 = time.perf_counter()
-                relax = metaschedule_times(module, inputs, args.trials)
-                row.update(metaschedule_relax_us=relax["metaschedule_us"],
-                           metaschedule_relax_vm_us=relax["metaschedule_vm_us"],
-                           metaschedule_relax_wall_s=round(time.perf_counter() - t0, 1))
-            rows.append(row)
-            if args.out:
-                with open(args.out, "a") as f:
-                    f.write(json.dumps(row, default=str) + "\n")
-            if not args.json:
-                print_row(row, args.trials)
+                    relax = metaschedule_times(module, inputs, args.trials)
+                    row.update(metaschedule_relax_us=relax["metaschedule_us"],
+                               metaschedule_relax_vm_us=relax["metaschedule_vm_us"])
+                rows.append(row)
+                if args.out:
+                    with open(args.out, "a") as f:
+                        f.write(json.dumps(row, default=str) + "\n")
+                if not args.json:
+                    print_row(row, args.trials)
     if args.json:
         print(json.dumps(rows, indent=1, default=str))
     else:
         print(markdown_table(rows, args.drivers))
     return 0
+
+
+def search_form(program, signature, args, config, pools, options) -> dict:
+    """Every driver's search on one form of a program: per driver its best state's time in its own
+    session, speedup, states, trajectory and wall and CPU time (this process and its workers)."""
+    import resource
+
+    from search.drivers import Budget
+    from search.runner import run_search
+
+    out = {"drivers": {}}
+    best_leir, best_speedup = None, 0.0
+    for driver in args.drivers:
+        t0, c0 = time.perf_counter(), _cpu_s(resource)
+        r = run_search(program, signature, driver, "library", Budget(args.budget, 3600.0), 0,
+                       config=config, pools=pools, as_result=True, policy_options=dict(options))
+        out["drivers"][driver] = {"speedup": round(r.best.speedup, 3), "naive_us": r.best.root_us,
+                                  "best_us": r.best.root_us / r.best.speedup if r.best.root_us else None,
+                                  "states": r.states_verified, "strategies": r.strategies(),
+                                  "wall_s": round(time.perf_counter() - t0, 1),
+                                  "cpu_s": round(_cpu_s(resource) - c0, 1)}
+        if r.best.speedup > best_speedup:
+            best_leir, best_speedup = r.best.text, r.best.speedup
+    timed = [d for d in out["drivers"].values() if d["naive_us"]]
+    out["naive_us"] = statistics.median(d["naive_us"] for d in timed) if timed else None
+    out["best_search_us"] = min(d["best_us"] for d in timed) if timed else None
+    out["best_leir"], out["best_speedup"] = best_leir, best_speedup
+    return out
+
+
+def _cpu_s(resource) -> float:
+    """CPU seconds of this process so far (the pools' workers are long-lived: their time is not in it)."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    return me.ru_utime + me.ru_stime
 
 
 def eager_one_thread_us(module, inputs, min_run_time: float = 0.5) -> float:
@@ -170,7 +228,7 @@ def markdown_table(rows: list[dict], drivers: list[str]) -> str:
     """The README's table: per driver the best state's time in its own session (speedup), then the
     same-session times (best state, MetaSchedule), PyTorch eager on one thread and on every core, and
     the ratios (> 1: the search is faster)."""
-    head = ("| program | naive µs | " + " | ".join(f"{d} µs" for d in drivers)
+    head = ("| program | form | naive µs | " + " | ".join(f"{d} µs" for d in drivers)
             + " | MetaSchedule-64 µs | search best, same session µs | PyTorch eager µs (1 thread / all cores)"
             " | MS / best | eager / best |")
     lines = [head, "|" + " --- |" * (head.count("|") - 1)]
@@ -180,7 +238,8 @@ def markdown_table(rows: list[dict], drivers: list[str]) -> str:
         own = min((v["best_us"] for v in r["drivers"].values() if v.get("best_us")), default=None)
         best = r["session_best_us"] or r["session_naive_us"]
         eager = r["torch_eager_us"]
-        lines.append(f"| {r['program']} | {r['session_naive_us']:.0f} | {per} | {r['metaschedule_us']:.1f} "
+        lines.append(f"| {r['program']} | {r.get('form', 'B')} | {r['session_naive_us']:.0f} | {per} "
+                     f"| {r['metaschedule_us']:.1f} "
                      f"| {best:.1f} | {r['torch_eager_1t_us']:.1f} / {r['torch_eager_all_us']:.1f} "
                      f"| {r['metaschedule_over_best_search']:.2f} | {eager / best:.2f}"
                      + (f" (own session {eager / own:.2f}) |" if own else " |"))
@@ -195,18 +254,19 @@ def table_from_rows(path: str, drivers: list[str]) -> str:
 
 def print_row(row: dict, trials: int) -> None:
     speedups = ", ".join(f"{d} {v['speedup']:.2f}x" for d, v in row["drivers"].items())
-    print(f"{row['program']}: search speedup over naive ({row['policy']}, {row['budget']} states each): {speedups}; "
+    print(f"{row['program']} ({row.get('form', 'B')}-form): search speedup over naive ({row['policy']}, "
+          f"{row['budget']} states each): {speedups}; "
           f"best {row['best_search_us']:.1f} us; PyTorch eager {row['torch_eager_us']:.1f} us", flush=True)
     for d, v in row["drivers"].items():
         print(f"  {d}: {' -> '.join(v['strategies'])} ({v['states']} states, {v['wall_s']:.0f} s)", flush=True)
     best = row["session_best_us"] if row["session_best_us"] is not None else row["session_naive_us"]
-    print(f"  MetaSchedule on the TensorIR ({trials} trials, {row['metaschedule_tuning_s']:.0f} s tuning, "
-          f"{row['metaschedule_wall_s']:.0f} s in all): {row['metaschedule_us']:.1f} us; same session: naive "
+    print(f"  MetaSchedule on the TensorIR ({trials} trials, {row['metaschedule_tuning_s']:.0f} s tuning): "
+          f"{row['metaschedule_us']:.1f} us; same session: naive "
           f"{row['session_naive_us']:.1f} us, search best {best:.1f} us (spread {row['session_spread']:.2f}); "
           f"ratio MetaSchedule/best search {row['metaschedule_over_best_search']:.3f} "
           f"(naive: {row['metaschedule_over_naive']:.4f})", flush=True)
     if "metaschedule_relax_us" in row:
-        print(f"  MetaSchedule through Relax ({trials} trials, {row['metaschedule_relax_wall_s']:.0f} s): "
+        print(f"  MetaSchedule through Relax ({trials} trials): "
               f"{row['metaschedule_relax_us']:.1f} us per kernel sum, {row['metaschedule_relax_vm_us']:.1f} us "
               f"via VM; Relax/TensorIR {row['metaschedule_relax_us'] / row['metaschedule_us']:.2f}", flush=True)
 

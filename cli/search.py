@@ -48,14 +48,15 @@ def search_command(
         budget: Annotated[int, typer.Option(min=1, help="States verified (and timed) at most.")] = 16,
         wall: Annotated[float, typer.Option(callback=finite, min=1.0, help="Wall-time budget in seconds.")] = 600.0,
         seed: Annotated[int, typer.Option(help="Seed of every random choice.")] = 0,
-        depth: Annotated[int, typer.Option(min=1, help="Longest trajectory.")] = 4,
+        depth: Annotated[int, typer.Option(min=1, help="Longest trajectory, in atomic steps (a macro's steps "
+                                                    "count one each).")] = 12,  # search.drivers.DriverConfig
         branching: Annotated[int, typer.Option(min=1, help="Children per expanded state.")] = 4,
         width: Annotated[int, typer.Option(min=1, help="Beam width.")] = 2,
         ucb: Annotated[float, typer.Option(callback=finite, min=0.0, help="MCTS exploration constant.")] = 1.4,
         iterations: Annotated[int, typer.Option(min=1, help="MCTS iterations.")] = 64,
         target: Annotated[str, typer.Option(help="llvm (CPU) or cuda (needs a GPU).")] = "llvm",
         repeats: Annotated[int, typer.Option(min=3, help="Timing samples per side.")] = 5,
-        min_repeat_ms: Annotated[int, typer.Option(min=1, help="Minimum length of one timing sample.")] = 20,
+        min_repeat_ms: Annotated[int, typer.Option(min=1, help="Minimum length of one timing sample.")] = 10,
         base_url: Annotated[str | None, typer.Option(help="llm: endpoint base URL (else the env).")] = None,
         model: Annotated[str | None, typer.Option(help="llm: model name (else the env).")] = None,
         proposals: Annotated[int, typer.Option(min=1, help="llm: proposals asked per state.")] = 3,

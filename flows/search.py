@@ -3,8 +3,9 @@ the `trajectories` table, the best trajectories as multi-step step records, and
 reports/search.{json,png} with PyTorch eager and MetaSchedule reference times side by side.
 
 - One task per workload family runs every configured driver on that family's selected programs: the
-  profile's pinned programs (`programs: pinned`, shapes whose naive runtime matters) or the first
-  `programs_per_family` verified programs (by program_id). Timings are measurements, so the task
+  profile's pinned programs (`programs: pinned`, shapes whose naive runtime matters), or the
+  `programs_per_family` verified programs of each family with the most work (`by_family`), or both
+  (`[pinned, by_family]`). Timings are measurements, so the task
   cache only helps a killed run resume; a fresh lake searches again.
 - Trajectory steps (steps schema, parent_step_id/depth) are written to `lake/trajectory_steps/`, not
   into `lake/steps`: that folder is the transform stage's DVC output, and transform drops shards it
@@ -48,8 +49,9 @@ if TYPE_CHECKING:
 
 DEFAULTS = {"drivers": ["chain", "greedy", "beam", "bfs", "dfs", "mcts"], "policy": "library", "programs": "by_family",
             "budget": 12,
-            "wall_s": 300, "depth": 4, "branching": 4, "width": 2, "ucb_c": 1.4, "iterations": 24,
-            "families": "all", "programs_per_family": 1, "seed": 0, "repeats": 5, "min_repeat_ms": 20,
+            "wall_s": 300, "depth": 12, "branching": 4, "width": 2, "ucb_c": 1.4, "iterations": 24, "widen": 2,
+            "time_macro_steps": False,
+            "families": "all", "programs_per_family": 1, "seed": 0, "repeats": 5, "min_repeat_ms": 10,
             "reference_programs": 2, "metaschedule_trials": 32, "metaschedule_relax": True, "cost_model": True}
 
 
@@ -60,22 +62,30 @@ def search_params(params: Params) -> dict:
 
 def select_programs(programs: list[dict], cfg: dict) -> dict[str, list[dict]]:
     """Verified programs by family: the pinned ones in float32 (`programs: pinned`, the profile's
-    programs whose runtime matters), or the first `programs_per_family` of each family by program_id."""
+    programs whose runtime matters), or `programs_per_family` of each family among the `families`
+    (`by_family`: float32 first where the family has one, the most work first (the `work` column), then
+    by program_id), or both (a list `[pinned, by_family]`: the pinned ones, then the others)."""
+    kinds = cfg["programs"] if isinstance(cfg["programs"], list) else [cfg["programs"]]
+    if not kinds or any(k not in ("pinned", "by_family") for k in kinds):
+        raise ValueError(f"search.programs must be `pinned`, `by_family` or a list of both, got {cfg['programs']!r}")
     out: dict[str, list[dict]] = {}
     verified = [p for p in sorted(programs, key=lambda p: p["program_id"]) if p["verification_status"] in PASSING]
-    if cfg["programs"] == "pinned":
+    chosen: set[str] = set()
+    if "pinned" in kinds:
         for p in verified:
             if p.get("shape_source") == "pinned" and p["dtype"] == "float32":
                 out.setdefault(p["family"], []).append(p)
-        return dict(sorted(out.items()))
-    if cfg["programs"] != "by_family":
-        raise ValueError(f"search.programs must be `pinned` or `by_family`, got {cfg['programs']!r}")
-    for p in verified:
-        if cfg["families"] != "all" and p["family"] not in cfg["families"]:
-            continue
-        rows = out.setdefault(p["family"], [])
-        if len(rows) < int(cfg["programs_per_family"]):
-            rows.append(p)
+                chosen.add(p["program_id"])
+    if "by_family" in kinds:
+        per_family: dict[str, int] = {}
+        for p in sorted(verified, key=lambda p: (p["dtype"] != "float32", -(p.get("work") or 0), p["program_id"])):
+            if p["program_id"] in chosen or (cfg["families"] != "all" and p["family"] not in cfg["families"]):
+                continue
+            if p.get("shape_source") == "pinned" and "pinned" in kinds:
+                continue
+            if per_family.get(p["family"], 0) < int(cfg["programs_per_family"]):
+                per_family[p["family"]] = per_family.get(p["family"], 0) + 1
+                out.setdefault(p["family"], []).append(p)
     return dict(sorted(out.items()))
 
 
@@ -90,7 +100,7 @@ def search_programs(programs: list[dict], cfg: dict, target: str, prior_path: st
     prior = PriorModel.load(prior_path) if prior_path else None
 
     config = DriverConfig(int(cfg["depth"]), int(cfg["branching"]), int(cfg["width"]), float(cfg["ucb_c"]),
-                          int(cfg["iterations"]))
+                          int(cfg["iterations"]), int(cfg["widen"]), bool(cfg["time_macro_steps"]))
     settings = SearchSettings(target=target, repeats=int(cfg["repeats"]), min_repeat_ms=int(cfg["min_repeat_ms"]))
     trajectories, steps, runs = [], {}, []
     with Pools() as pools:

@@ -155,7 +155,7 @@ def time_against_tuned(program, signature, tuned, *, best=None, seed: int = 0, r
     then time the naive program, `best` (if any) and `tuned` interleaved (our timing protocol)."""
     import tvm
 
-    from gpu_tasks.cache import TIMING_CACHE, Built
+    from gpu_tasks.cache import TIMING_CACHE, TIMING_PASS_CONFIG, Built
     from gpu_tasks.compare import judge
     from gpu_tasks.inputs import draw_inputs, make_draws, plan_inputs
     from gpu_tasks.jobs import output_codes
@@ -170,7 +170,8 @@ def time_against_tuned(program, signature, tuned, *, best=None, seed: int = 0, r
     threads = tvm_threads_here(logical_cpus())
     naive = TIMING_CACHE.build(program, signature, "llvm")
     target = tuning_target()
-    ex = tvm.compile(tvm.IRModule({"main": tuned}), target=target)
+    with tvm.transform.PassContext(config=TIMING_PASS_CONFIG):   # as the naive program and best state
+        ex = tvm.compile(tvm.IRModule({"main": tuned}), target=target)
     tuned_built = Built(ex, ex["main"], str(target))
     draws = make_draws(signature, [program], 2, seed)
     verdict = judge([run_built(naive, signature, d) for d in draws], [run_built(tuned_built, signature, d)

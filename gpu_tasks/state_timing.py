@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from gpu_tasks.cache import BuildCache, Built
+from gpu_tasks.cache import TIMING_PASS_CONFIG, BuildCache, Built
 from gpu_tasks.fingerprint import machine_fingerprint
 from gpu_tasks.guard import DEFAULT_LIMITS, Limits
 from gpu_tasks.inputs import draw_inputs, plan_from_facts
@@ -40,11 +40,6 @@ DEFAULT_MAX_ROUNDS = 9
 DEFAULT_TARGET_SPREAD = 0.03
 DEFAULT_SAMPLE_MS = 4
 DEFAULT_MAX_MEASURE_S = 120.0
-# TVM's argument checks (ndim, dtype, shape of each tensor) run once per call, outside the loops: a
-# constant of well under a microsecond that no state's time depends on, while they add a fifth to a
-# state's build (measured on the default profile's states). The lake's states are always called with
-# tensors made from their signature.
-TIMING_PASS_CONFIG = {"tirx.disable_assert": True}
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,11 @@ import numpy as np
 
 from leir.analysis import affine_form, statement_sites
 from leir.ast import Access, Call, Program, accesses, walk_expr
+from search.analysis import DEFAULT_MACHINE, Machine, log2_speedup
 from search.drivers import Action, Node, Policy
 from strategies.base import Context
 
+DIVERSITY = 0.35  # as search.policies.DIVERSITY (that module imports this one lazily)
 STRIDE_CLASSES = ("zero", "unit", "small", "large", "irregular")
 INNER_LOOPS = 3  # loops (innermost first) whose per-access strides are features
 FEATURE_NAMES: tuple[str, ...] = (
@@ -163,7 +165,8 @@ class PriorModel:
         import xgboost as xgb
 
         x, y = _features(programs), np.asarray(log2_us, dtype=np.float64)
-        booster = xgb.train(_booster_params(seed, depth=6, eta=0.1), xgb.DMatrix(x, label=y), num_boost_round=rounds)
+        booster = xgb.train(_booster_params(seed, depth=6, eta=0.1), xgb.DMatrix(x, label=y, nthread=1),
+                            num_boost_round=rounds)
         return cls(booster, {"features": list(FEATURE_NAMES), "rows": len(y), **(info or {})})
 
     def log2_us(self, programs: list[Program] | np.ndarray) -> np.ndarray:
@@ -173,7 +176,7 @@ class PriorModel:
             return np.zeros(0)
         import xgboost as xgb
 
-        return self.booster.predict(xgb.DMatrix(x)).astype(np.float64)
+        return self.booster.predict(xgb.DMatrix(x, nthread=1)).astype(np.float64)
 
     def save(self, path) -> None:
         import json
@@ -215,19 +218,27 @@ class PriorModel:
 
 @dataclass
 class CostModel:
-    """XGBoost regressor of log speedup over the root, trained on (features, measured speedup). With a
-    `prior` (the offline model), it predicts from the start: the prior's log speedup over the root
-    (`set_root`), and the online booster learns what the prior gets wrong for this program (its
-    predictions are the margin the booster starts from)."""
+    """XGBoost regressor of log speedup over the root, trained on (features, measured speedup). It
+    can predict from the start, before this search has timed anything (`set_root`): with a `prior`
+    (the offline model learned from the lake) its predicted log speedup over the root, with
+    `analytic` the program's own analysis (`search.analysis`: parallel extent, innermost strides,
+    reuse against the caches), with both their weighted mean (`prior_weight` for the lake's model).
+    The online booster learns what that starting point gets wrong for this program (it is the margin
+    the booster starts from). Without either, the model has no opinion until it is trained."""
 
     seed: int = 0
     min_samples: int = 4
     rounds: int = 60
     prior: PriorModel | None = None
+    analytic: bool = False
+    prior_weight: float = 0.5
+    machine: Machine | None = None
     features: list[np.ndarray] = field(default_factory=list)
+    margins: list[float] = field(default_factory=list)
     targets: list[float] = field(default_factory=list)
     version: int = 0           # bumps on every retraining (rankings made before are stale)
     _booster: object = field(default=None, repr=False)
+    _root: Program | None = field(default=None, repr=False)
     _root_log2: float | None = field(default=None, repr=False)
 
     @property
@@ -235,22 +246,35 @@ class CostModel:
         return self._booster is not None
 
     def set_root(self, root: Program) -> None:
-        """The program speedups are measured against (needed by the prior)."""
-        if self.prior is not None and self._root_log2 is None:
-            self._root_log2 = float(self.prior.log2_us([root])[0])
+        """The program speedups are measured against (needed by the prior and the analysis)."""
+        if self._root is None:
+            self._root = root
+            if self.prior is not None:
+                self._root_log2 = float(self.prior.log2_us([root])[0])
             self.version += 1
 
-    def _margin(self, x: np.ndarray) -> np.ndarray:
-        """The prior's predicted log speedup over the root (natural log, as the targets)."""
-        if self.prior is None or self._root_log2 is None or len(x) == 0:
+    def margin(self, programs: list[Program] | None, x: np.ndarray) -> np.ndarray:
+        """The predicted log speedup over the root before any measurement (natural log, as the
+        targets): the lake's model and the analysis, weighted; zeros without either."""
+        parts, weights = [], []
+        if self.prior is not None and self._root_log2 is not None and len(x):
+            parts.append((self._root_log2 - self.prior.log2_us(x)) * math.log(2))
+            weights.append(self.prior_weight if self.analytic else 1.0)
+        if self.analytic and self._root is not None and programs is not None and len(x):
+            machine = self.machine or DEFAULT_MACHINE
+            parts.append(np.array([log2_speedup(self._root, p, machine) for p in programs]) * math.log(2))
+            weights.append(1.0 - self.prior_weight if parts[:-1] else 1.0)
+        if not parts:
             return np.zeros(len(x))
-        return (self._root_log2 - self.prior.log2_us(x)) * math.log(2)
+        return sum(w * p for w, p in zip(weights, parts, strict=True))
 
     def add(self, program: Program, speedup: float) -> None:
         """One measurement; retrains (a few milliseconds) when enough are known."""
         if not speedup or speedup <= 0 or not math.isfinite(speedup):
             return
-        self.features.append(program_features(program))
+        x = program_features(program)
+        self.features.append(x)
+        self.margins.append(float(self.margin([program], x[None, :])[0]))
         self.targets.append(math.log(speedup))
         if len(self.targets) >= self.min_samples:
             self.fit()
@@ -260,20 +284,22 @@ class CostModel:
 
         x = np.vstack(self.features)
         y = np.asarray(self.targets)
-        data = xgb.DMatrix(x, label=y, base_margin=self._margin(x))
+        data = xgb.DMatrix(x, label=y, base_margin=np.asarray(self.margins), nthread=1)
         self._booster = xgb.train(_booster_params(self.seed), data, num_boost_round=self.rounds)
         self.version += 1
 
-    def predict(self, programs: list[Program] | np.ndarray) -> np.ndarray:
-        """Predicted log speedup of each program (higher is faster); the prior's alone while the
-        online booster is untrained, zeros without either."""
+    def predict(self, programs: list[Program] | np.ndarray, margin: np.ndarray | None = None) -> np.ndarray:
+        """Predicted log speedup of each program (higher is faster): the starting point (`margin`)
+        alone while the online booster is untrained. Given a feature matrix, pass its `margin` (the
+        analysis needs the programs)."""
         x = _features(programs)
-        margin = self._margin(x)
+        if margin is None:
+            margin = self.margin(None if isinstance(programs, np.ndarray) else list(programs), x)
         if not self.trained or len(x) == 0:
             return margin
         import xgboost as xgb
 
-        return self._booster.predict(xgb.DMatrix(x, base_margin=margin))
+        return self._booster.predict(xgb.DMatrix(x, base_margin=margin, nthread=1))
 
 
 @dataclass
@@ -283,6 +309,7 @@ class RankedPolicy(Policy):
     inner: Policy
     model: CostModel = field(default_factory=CostModel)
     limit: int = 400             # proposals of one state that are ranked (the policy's first ones)
+    diversity: float = DIVERSITY  # log2 of predicted speedup a repeated kind of move gives up per earlier one
 
     @property
     def name(self) -> str:
@@ -302,15 +329,19 @@ class RankedPolicy(Policy):
         if not pending:
             return
         feats = np.vstack([program_features(a.after) for a in pending])
+        margin = self.model.margin([a.after for a in pending], feats)
         alive = list(range(len(pending)))
-        version, order = None, list(alive)
+        kinds = [a.move for a in pending]
+        used: dict[str, int] = {}
+        version, scores = None, None
         while alive:
             if self.model.version != version:     # learned something since the last ranking
                 version = self.model.version
-                scores = self.model.predict(feats[alive])
-                order = [alive[i] for i in sorted(range(len(alive)), key=lambda i: (-scores[i], alive[i]))]
-            pick = order.pop(0)
+                scores = self.model.predict(feats, margin) / math.log(2)
+            # best predicted first; each earlier proposal of the same kind costs `diversity`
+            pick = max(alive, key=lambda i: (scores[i] - self.diversity * used.get(kinds[i], 0), -i))
             alive.remove(pick)
+            used[kinds[pick]] = used.get(kinds[pick], 0) + 1
             yield pending[pick]
 
 

@@ -9,8 +9,14 @@ its reward is root time / state time. TVM stays out of this module: the caller p
 - `measure(root, state) -> (root_us, state_us)` or `(root_us, state_us, spread)`, or None when the
   state cannot be timed.
 
+A *macro* action (`Action.steps`, `search.macros`) is several atomic actions offered as one
+proposal: each step becomes a state of its own, verified against the root and recorded in the tree
+(the trajectory stays step-level); its last state is timed (every one with
+`DriverConfig.time_macro_steps`) and counts as one successor of the state the macro started from.
+
 Budgets: `Budget.states` counts states sent to verification (duplicates and rejected proposals cost
-nothing), `Budget.wall_s` the wall time. States are de-duplicated by alpha hash. A run is
+nothing; each new step of a macro counts), `Budget.wall_s` the wall time. States are de-duplicated
+by alpha hash. A run is
 deterministic for a seed given deterministic callables: every random choice draws from
 `random.Random(f"{seed}:...")` (in the policies), never the global RNG, never set order, and ties
 between equal rewards break by creation order.
@@ -47,6 +53,15 @@ class Action:
     prior: float = 0.0
     source: str = "library"
     transformation: Transformation | None = field(default=None, repr=False, compare=False)
+    # A macro action (search.macros): its atomic steps in order, each an Action of one strategy; the
+    # search verifies and records every one of them as a state. Empty for an atomic action.
+    steps: tuple[Action, ...] = field(default=(), repr=False, compare=False)
+
+    @property
+    def move(self) -> str:
+        """What kind of move this is (a macro's name, else the strategy): proposals of one kind are
+        spread out by the ranking, and a beam keeps one state per kind and origin."""
+        return self.strategy
 
 
 @dataclass
@@ -67,6 +82,12 @@ class Node:
     speedup: float | None = None
     error: str = ""
     children: list[Node] = field(default_factory=list, repr=False)
+    # States one proposal made from this node reached and timed: its accepted children, and the last
+    # state of each macro started here (whose intermediate states are children of each other).
+    successors: list[Node] = field(default_factory=list, repr=False)
+    origin: Node | None = field(default=None, repr=False)  # the state the proposal was made from
+    move: str = ""           # the proposal's kind (strategy or macro name)
+    proposals: int = 0       # proposals evaluated from this state (a macro counts one)
     visits: int = 0          # MCTS statistics
     value: float = 0.0
 
@@ -91,14 +112,19 @@ class Budget:
 
 @dataclass(frozen=True)
 class DriverConfig:
-    """`depth`: longest trajectory; `branching`: new children evaluated per expanded node (greedy,
-    bfs, dfs, mcts) or proposals per node (beam); `width`: beam width; `ucb_c`, `iterations`: MCTS."""
+    """`depth`: longest trajectory (in atomic steps; a macro's steps count one each); `branching`:
+    new proposals evaluated per expanded node; `width`: beam width; `ucb_c`, `iterations`: MCTS;
+    `widen`: how many times greedy expands one state (`branching` proposals each time) before it
+    restarts from the next-best state; `time_macro_steps`: time every intermediate state of a macro
+    too (by default only its last state is timed; every one is verified)."""
 
-    depth: int = 4
+    depth: int = 12
     branching: int = 4
     width: int = 2
     ucb_c: float = 1.4
     iterations: int = 64
+    widen: int = 2
+    time_macro_steps: bool = False
 
 
 class Policy:
@@ -156,8 +182,9 @@ class Search:
 
     def __init__(self, program: Program, signature: Signature, policy: Policy, verify: VerifyFn,
                  measure: MeasureFn, *, target: str = "llvm", budget: Budget = Budget(), seed: int = 0,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, time_macro_steps: bool = False):
         self.signature, self.policy, self.target = signature, policy, target
+        self.time_macro_steps = time_macro_steps
         self._verify, self._measure = verify, measure
         self.budget, self.seed, self.clock = budget, seed, clock
         self.started = clock()
@@ -196,6 +223,7 @@ class Search:
                 return None
             child = self.evaluate(node, action)
             if child is not None:
+                node.proposals += 1
                 return child
         return None
 
@@ -212,34 +240,85 @@ class Search:
     def exhausted(self, node: Node) -> bool:
         return node.id in self._exhausted
 
-    def evaluate(self, parent: Node, action: Action) -> Node | None:
-        """Verify the action's state against the root and time it; None for a duplicate state."""
+    def _alpha(self, program: Program) -> str | None:
         try:
-            alpha = alpha_hash(action.after, self.signature)
+            return alpha_hash(program, self.signature)
         except Exception:  # a proposal the canonicaliser cannot read is not a state
+            return None
+
+    def evaluate(self, parent: Node, action: Action) -> Node | None:
+        """Verify the action's state against the root and time it; None for a duplicate state. A
+        macro's steps are evaluated one by one (`_evaluate_macro`)."""
+        if action.steps:
+            return self._evaluate_macro(parent, action)
+        alpha = self._alpha(action.after)
+        if alpha is None:
             self.rejected += 1
             return None
         if alpha in self.seen:
             self.duplicates += 1
             return None
+        node = self._new_state(parent, action, alpha, parent, action.move, timed=True)
+        if node.accepted:
+            parent.successors.append(node)
+        return node
+
+    def _new_state(self, parent: Node, action: Action, alpha: str, origin: Node, move: str, timed: bool) -> Node:
+        """A new state: verified against the root, timed against it when it passes and `timed`."""
         node = Node(len(self.nodes), action.after, format_program(action.after), alpha, parent, action,
-                    parent.depth + 1)
+                    parent.depth + 1, origin=origin, move=move)
         self.seen[alpha] = node.id
         self.nodes.append(node)
         parent.children.append(node)
         self.states_verified += 1
         node.status = self._verify(self.root.program, node.program)
-        if node.status in PASSING:
-            timed = self._measure(self.root.program, node.program)
-            if timed is None:
+        if node.status in PASSING and timed:
+            timed_us = self._measure(self.root.program, node.program)
+            if timed_us is None:
                 node.error = "timing failed"
             else:
-                node.root_us, node.state_us = float(timed[0]), float(timed[1])
-                node.spread = float(timed[2]) if len(timed) > 2 and timed[2] is not None else None
+                node.root_us, node.state_us = float(timed_us[0]), float(timed_us[1])
+                node.spread = float(timed_us[2]) if len(timed_us) > 2 and timed_us[2] is not None else None
                 node.speedup = node.root_us / node.state_us if node.state_us > 0 else math.inf
         observe = getattr(self.policy, "observe", None)
         if observe is not None:
             observe(node)
+        return node
+
+    def _evaluate_macro(self, start: Node, macro: Action) -> Node | None:
+        """Each step of the macro as a state of its own, verified against the root and recorded (a
+        step that reaches a state seen before continues from it at no cost); the last state is
+        timed (every one with `time_macro_steps`). Stops at the first step that fails. None when the
+        macro reaches nothing new, or needs more states than the budget has left."""
+        alphas = [self._alpha(step.after) for step in macro.steps]
+        if any(a is None for a in alphas):
+            self.rejected += 1
+            return None
+        new = sum(a not in self.seen for a in dict.fromkeys(alphas))
+        if new == 0 or alphas[-1] in self.seen:
+            self.duplicates += 1
+            return None
+        if self.budget.states - self.states_verified < new:
+            return None
+        node = start
+        for k, (step, alpha) in enumerate(zip(macro.steps, alphas, strict=True)):
+            if alpha in self.seen:
+                seen = self.nodes[self.seen[alpha]]
+                if seen.status not in PASSING or seen.text != format_program(step.after):
+                    # failed before, or the same state under other names: the next step's record would
+                    # not start from the recorded text
+                    self.duplicates += 1
+                    return None
+                node = seen
+                continue
+            if self.out_of_budget():
+                return node if node is not start else None   # wall time spent inside the macro
+            last = k == len(macro.steps) - 1
+            node = self._new_state(node, step, alpha, start, macro.move, timed=last or self.time_macro_steps)
+            if node.status not in PASSING:
+                return node
+        if node.accepted:
+            start.successors.append(node)
         return node
 
     # --- results ------------------------------------------------------------------------------
@@ -280,27 +359,57 @@ def chain(search: Search, cfg: DriverConfig) -> None:
 
 
 def greedy(search: Search, cfg: DriverConfig) -> None:
-    """Hill climbing: evaluate `branching` children, move to the fastest if it beats the current."""
-    node = search.root
-    for _ in range(cfg.depth):
-        ranked = _rank(search.expand(node, cfg.branching))
-        if not ranked or ranked[0].speedup <= node.speedup:
-            return
-        node = ranked[0]
+    """Hill climbing with restarts: evaluate `branching` proposals of the current state and move to
+    the fastest state reached if it beats the current one. A state whose proposals bring nothing
+    better is widened (its next `branching` proposals, `widen` expansions in all); then the climb
+    restarts from the fastest state that still has proposals left (best first), until the budget
+    is spent or no state has anything left to propose."""
+    node: Node | None = search.root
+    expansions: dict[int, int] = {}
+    while node is not None and not search.out_of_budget():
+        if node.depth < cfg.depth and not search.exhausted(node):
+            search.expand(node, cfg.branching)
+            expansions[node.id] = expansions.get(node.id, 0) + 1
+        ranked = _rank(node.successors)
+        if ranked and ranked[0].speedup > node.speedup:
+            node = ranked[0]
+            continue
+        node = _restart(search, cfg, expansions)
+
+
+def _restart(search: Search, cfg: DriverConfig, expansions: dict[int, int]) -> Node | None:
+    """The fastest accepted state that can still be expanded (fewer than `widen` expansions)."""
+    for n in _rank(search.nodes):
+        if n.depth < cfg.depth and not search.exhausted(n) and expansions.get(n.id, 0) < cfg.widen:
+            return n
+    return None
+
+
+def diverse(ranked: list[Node], k: int) -> list[Node]:
+    """The first `k` of `ranked` (fastest first) taking one state per (origin, move) before a second
+    one: four tilings of one state do not fill a beam while a parallelised state waits."""
+    picked, later, kinds = [], [], set()
+    for n in ranked:
+        key = (n.origin.id if n.origin is not None else -1, n.move)
+        (later if key in kinds else picked).append(n)
+        kinds.add(key)
+    return (picked + later)[:k]
 
 
 def beam(search: Search, cfg: DriverConfig) -> None:
-    """Keep the `width` fastest states of each depth; each gets `branching` proposals evaluated."""
+    """Keep the `width` fastest states, diverse in their last move (`diverse`); each gets `branching`
+    proposals evaluated. A state of the beam whose children are all slower stays in it (with its next
+    proposals), so the beam never stalls while states have proposals left."""
     frontier = [search.root]
-    for _ in range(cfg.depth):
-        children = []
+    while frontier and not search.out_of_budget():
+        reached = []
         for node in frontier:
-            children += search.expand(node, cfg.branching)
+            reached += search.expand(node, cfg.branching)
             if search.out_of_budget():
-                break
-        frontier = _rank(children)[:cfg.width]
-        if not frontier or search.out_of_budget():
-            return
+                return
+        pool = [n for n in {n.id: n for n in frontier + reached}.values()
+                if n.accepted and n.depth < cfg.depth and not search.exhausted(n)]
+        frontier = diverse(_rank(pool), cfg.width)
 
 
 def bfs(search: Search, cfg: DriverConfig) -> None:
@@ -329,16 +438,17 @@ def dfs(search: Search, cfg: DriverConfig) -> None:
 
 
 def mcts(search: Search, cfg: DriverConfig) -> None:
-    """UCB1 tree search: select by mean reward + c*sqrt(ln N / n), expand one new child, reward it
-    with its speedup (0 when it fails), back the reward up to the root. A subtree with nothing left
-    to expand is dead and never selected again."""
+    """UCB1 tree search: select by mean reward + c*sqrt(ln N / n) among the states each proposal
+    reached (a macro's last state counts as one successor), expand one new proposal, reward it with
+    log2(1 + speedup) (0 when it fails), back the reward up to the root. A subtree with nothing
+    left to expand is dead and never selected again."""
     dead: set[int] = set()  # node ids (membership only)
     for _ in range(cfg.iterations):
         if search.out_of_budget() or search.root.id in dead:
             return
         node = search.root
         while _can_expand(search, node, cfg) is False:
-            live = [c for c in node.children if c.accepted and c.id not in dead]
+            live = [c for c in node.successors if c.id not in dead]
             if not live:
                 break
             node = max(live, key=lambda c: (_ucb(c, node, cfg.ucb_c), -c.id))
@@ -346,14 +456,24 @@ def mcts(search: Search, cfg: DriverConfig) -> None:
         if child is None:
             _mark_dead(search, node, cfg, dead)
         leaf = child or node
-        reward = leaf.speedup if leaf.accepted else 0.0
-        for n in leaf.path():
+        reward = math.log2(1.0 + leaf.speedup) if leaf.accepted else 0.0
+        for n in _tree_path(leaf):
             n.visits += 1
             n.value += reward
 
 
+def _tree_path(node: Node) -> list[Node]:
+    """The states from the root to `node` as MCTS sees them: through each proposal's origin (a
+    macro's intermediate states are not decisions of the tree)."""
+    out = []
+    while node is not None:
+        out.append(node)
+        node = node.origin if node.origin is not None else node.parent
+    return out[::-1]
+
+
 def _can_expand(search: Search, node: Node, cfg: DriverConfig) -> bool:
-    return node.depth < cfg.depth and not search.exhausted(node) and len(node.children) < cfg.branching
+    return node.depth < cfg.depth and not search.exhausted(node) and node.proposals < cfg.branching
 
 
 def _ucb(child: Node, parent: Node, c: float) -> float:
@@ -363,11 +483,11 @@ def _ucb(child: Node, parent: Node, c: float) -> float:
 
 
 def _mark_dead(search: Search, node: Node | None, cfg: DriverConfig, dead: set[int]) -> None:
-    """`node` and every ancestor left with nothing to expand and no live child."""
+    """`node` and every ancestor left with nothing to expand and no live successor."""
     while node is not None and not _can_expand(search, node, cfg) and not any(
-            c.accepted and c.id not in dead for c in node.children):
+            c.id not in dead for c in node.successors):
         dead.add(node.id)
-        node = node.parent
+        node = node.origin if node.origin is not None else node.parent
 
 
 DRIVER_FUNCS = {"chain": chain, "greedy": greedy, "beam": beam, "bfs": bfs, "dfs": dfs, "mcts": mcts}
@@ -380,6 +500,6 @@ def run(program: Program, signature: Signature, driver: str, policy: Policy, ver
     if driver not in DRIVER_FUNCS:
         raise ValueError(f"unknown driver {driver!r}; drivers: {', '.join(DRIVERS)}")
     search = Search(program, signature, policy, verify, measure, target=target, budget=budget, seed=seed,
-                    clock=clock)
+                    clock=clock, time_macro_steps=config.time_macro_steps)
     DRIVER_FUNCS[driver](search, config)
     return search.result(driver)

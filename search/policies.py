@@ -1,10 +1,11 @@
 """Policies that propose actions to the search (search.drivers): `library`, `random` and `llm`.
 
 - `library`: every legal, non-trivial transformation of the registered strategies (capped per
-  strategy and per site), ordered by a cheap prior of what tends to pay off on the target:
-  parallelise outer spatial loops, vectorise inner loops, cache accumulators, fuse producers into
-  consumers, tile and split (reductions too), make the innermost loop a stride-1 one; pure
-  rewrites of the expression tree come last.
+  strategy and per site) and the macro actions of `search.macros` (a micro-kernel, a row kernel:
+  several atomic steps offered as one proposal), ordered by what the program's own analysis
+  predicts each does to its time (`search.analysis`: parallel extent, the stride of the innermost
+  loop, reuse against the caches), ties broken by a cheap per-strategy prior, and spread out so that
+  one kind of move does not fill the first places (`diversify`).
 - `random`: the same actions in an order drawn from `random.Random(f"{seed}:random:{state}")`.
 - `llm`: any OpenAI-compatible chat endpoint (`POST {base}/v1/chat/completions` with urllib),
   prompted in the published format (`strategies.cot.prompt`) with the search context; the reply is
@@ -21,21 +22,23 @@ import random
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from leir.analysis import statement_sites
 from leir.ast import Var
 from leir.errors import LeirError
 from leir.parse import parse_program
 from leir.validate import validate
+from search.analysis import DEFAULT_MACHINE, Machine, log2_speedup
 from search.drivers import Action, Node, Policy
+from search.macros import Macro, macro_proposals
 from strategies.base import Context, LoopAt, Site, Transformation
 from strategies.cot import TASK_MULTI, TASK_SINGLE, prompt, split_answer
 from strategies.registry import LEVEL_OF, get, registered
 
 POLICIES = ("library", "random", "llm")
 
-# Prior per strategy (higher first); refined per site by `prior`.
+# Prior per strategy (higher first); refined per site by `prior`. Only breaks ties of the analysis.
 _BASE = {
     "loop_parallelization": 9.0, "loop_vectorization": 8.0, "cache_read_write": 5.0, "operator_fusion": 6.5,
     "loop_fusion": 6.5, "compute_inline": 6.5, "online_softmax": 6.0, "flashattention_wo_tiling": 6.0,
@@ -77,26 +80,66 @@ def _stride_one_innermost(t: Transformation) -> bool:
     return False
 
 
-def library_actions(ctx: Context, per_strategy: int = 12, per_site: int = 3) -> list[Action]:
-    """Every legal action (capped), in prior order; ties keep the registry and site order."""
+# Strategies whose every parameter variant is a different schedule worth ranking (a reorder's moves,
+# a tiling's shapes): more variants per site than the default cap, the analysis orders them.
+WIDE = {"loop_reorder": (24, 12), "loop_tiling": (16, 8)}
+DIVERSITY = 0.35  # log2 of predicted speedup a repeated kind of move gives up per earlier one
+
+
+def library_actions(ctx: Context, per_strategy: int = 12, per_site: int = 3, *, macros: bool = True,
+                    machine: Machine | None = None) -> list[Action]:
+    """Every legal action (capped) and the macros this state admits, best predicted first by the
+    program's analysis (ties: the per-strategy prior, then registry and site order), spread out by
+    kind of move (`diversify`)."""
+    machine = machine or DEFAULT_MACHINE
     out = []
     for strategy in registered():
         if ctx.target == "llvm" and strategy.name == "loop_binding":
             continue  # thread binding is a plain loop on the CPU
-        for t in strategy.transformations(ctx, limit=per_strategy, per_site=per_site):
+        limit, at_site = WIDE.get(strategy.name, (per_strategy, per_site))
+        for t in strategy.transformations(ctx, limit=max(limit, per_strategy), per_site=max(at_site, per_site)):
             out.append(Action(t.strategy, dict(t.params), t.after, t.site.to_json(), prior(t), "library", t))
-    order = sorted(range(len(out)), key=lambda i: (-out[i].prior, i))
-    return [out[i] for i in order]
+    if macros:
+        out += [macro_action(m) for m in macro_proposals(ctx, machine)]
+    gains = [log2_speedup(ctx.program, a.after, machine) + 0.01 * a.prior for a in out]
+    order = diversify(gains, [a.move for a in out])
+    return [replace(out[i], prior=round(gains[i], 6)) for i in order]
+
+
+def macro_action(m: Macro) -> Action:
+    """A macro as one proposal whose steps are atomic actions of their strategies."""
+    steps = tuple(Action(t.strategy, dict(t.params), t.after, t.site.to_json(), 0.0, f"macro:{m.name}", t)
+                  for t in m.steps)
+    return Action(m.name, dict(m.params), m.after, {}, 0.0, "macro", steps[-1].transformation, steps)
+
+
+def diversify(scores: list[float], kinds: list[str], penalty: float = DIVERSITY) -> list[int]:
+    """Indices of `scores` best first, where each earlier pick of the same kind lowers a candidate's
+    score by `penalty` (ties: the given order): the first places go to different kinds of moves
+    unless one kind is predicted much better."""
+    queues: dict[str, list[int]] = {}
+    for i in sorted(range(len(scores)), key=lambda i: (-scores[i], i)):
+        queues.setdefault(kinds[i], []).append(i)
+    used = dict.fromkeys(queues, 0)
+    order = []
+    while len(order) < len(scores):
+        kind = max((k for k in queues if used[k] < len(queues[k])),
+                   key=lambda k: (scores[queues[k][used[k]]] - penalty * used[k], -queues[k][used[k]]))
+        order.append(queues[kind][used[kind]])
+        used[kind] += 1
+    return order
 
 
 @dataclass
 class LibraryPolicy(Policy):
     per_strategy: int = 12
     per_site: int = 3
+    macros: bool = True
+    machine: Machine | None = None
     name: str = "library"
 
     def actions(self, ctx: Context, node: Node, want: int) -> Iterator[Action]:
-        yield from library_actions(ctx, self.per_strategy, self.per_site)
+        yield from library_actions(ctx, self.per_strategy, self.per_site, macros=self.macros, machine=self.machine)
 
 
 @dataclass
@@ -107,7 +150,7 @@ class RandomPolicy(Policy):
     name: str = "random"
 
     def actions(self, ctx: Context, node: Node, want: int) -> Iterator[Action]:
-        acts = library_actions(ctx, self.per_strategy, self.per_site)
+        acts = library_actions(ctx, self.per_strategy, self.per_site, macros=False)
         acts.sort(key=lambda a: (a.strategy, json.dumps(a.site, sort_keys=True), json.dumps(a.params, sort_keys=True)))
         random.Random(f"{self.seed}:random:{node.alpha}").shuffle(acts)
         yield from acts
@@ -232,18 +275,21 @@ class LlmPolicy(Policy):
 
 
 def make_policy(name: str, seed: int = 0, **options) -> Policy:
-    """`library` / `random` (options: per_strategy, per_site) or `llm` (options: config or
-    base_url/model/api_key, proposals, parse). `ranked=True` (any policy) puts the learned cost model
-    (`search.cost_model`) in front: the policy proposes, the model orders the proposals; `prior` (a
-    `search.cost_model.PriorModel`, the offline model learned from a lake) ranks them before the search
-    has timed anything."""
+    """`library` (options: per_strategy, per_site, macros, machine) / `random` (per_strategy, per_site)
+    or `llm` (options: config or base_url/model/api_key, proposals, parse). `ranked=True` (any policy)
+    puts the learned cost model (`search.cost_model`) in front: the policy proposes, the model orders
+    the proposals. Before the search has timed anything they are ranked by `prior` (a
+    `search.cost_model.PriorModel`, the offline model learned from a lake) together with the program's
+    own analysis (`analytic`, on by default; `machine`: a `search.analysis.Machine`)."""
     ranked = bool(options.pop("ranked", False))
     prior = options.pop("prior", None)
+    analytic = bool(options.pop("analytic", True))
+    machine = options.get("machine") if name == "library" else options.pop("machine", None)
     policy = _base_policy(name, seed, options)
     if ranked:
         from search.cost_model import CostModel, RankedPolicy
 
-        return RankedPolicy(policy, CostModel(seed=seed, prior=prior))
+        return RankedPolicy(policy, CostModel(seed=seed, prior=prior, analytic=analytic, machine=machine))
     return policy
 
 

@@ -28,7 +28,7 @@ class SearchSettings:
     verify_seed: int = 0
     tolerances: Mapping | None = None
     repeats: int = 5
-    min_repeat_ms: int = 20
+    min_repeat_ms: int = 10   # each sample at least this long (the measure stage samples 4 ms)
     verify_timeout_s: float = 60.0
 
 

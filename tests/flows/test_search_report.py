@@ -91,3 +91,25 @@ def test_report_compares_the_search_with_metaschedule_in_the_same_session(tmp_pa
     assert ref["metaschedule_speedup_over_naive"] == 100.0
     assert (ref["naive_us"], ref["best_search_us"]) == (900.0, 20.0)  # the search's own session
     assert medians == {"greedy": 30.0, "mcts": 45.0} and (tmp_path / "search.png").stat().st_size > 5000
+
+
+def test_programs_pinned_by_family_or_both():
+    def prog(pid, family, source="model-dims", dtype="float32", status="exact", work=100):
+        return {"program_id": pid, "family": family, "shape_source": source, "dtype": dtype,
+                "verification_status": status, "work": work}
+
+    rows = [prog("p1", "gemm", "pinned"), prog("p2", "gemm"), prog("p0", "gemm", dtype="float16"),
+            prog("p3", "norm", work=1000), prog("p6", "norm", work=10), prog("p4", "scan", status="mismatch"),
+            prog("p5", "pool", dtype="float64")]
+    cfg = {"families": "all", "programs_per_family": 1}
+    ids = {k: {f: [p["program_id"] for p in ps] for f, ps in search.select_programs(rows, {**cfg, "programs": k}).items()}
+           for k in ("pinned", "by_family")}
+    assert ids["pinned"] == {"gemm": ["p1"]}
+    # float32 first within a family (p0 sorts first but is float16), the most work first (p3 before p6);
+    # never a failed original
+    assert ids["by_family"] == {"gemm": ["p1"], "norm": ["p3"], "pool": ["p5"]}
+    both = search.select_programs(rows, {**cfg, "programs": ["pinned", "by_family"]})
+    assert {f: [p["program_id"] for p in ps] for f, ps in both.items()} == {"gemm": ["p1", "p2"], "norm": ["p3"],
+                                                                            "pool": ["p5"]}
+    with pytest.raises(ValueError, match="search.programs"):
+        search.select_programs(rows, {**cfg, "programs": "all"})

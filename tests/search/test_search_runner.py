@@ -168,3 +168,15 @@ def test_budget_object_and_settings(pools):
     result = run_search(MATMUL, MM_SIG, "dfs", budget=Budget(states=2, wall_s=120), pools=pools,
                         config=SMALL, settings=SearchSettings(repeats=3, min_repeat_ms=5))
     assert result["states_verified"] == 2 and result["stopped"] == "states"
+
+
+def test_default_beam_on_the_published_matmul_reaches_parallel_unit_stride_vector_code(pools):
+    """Issue 27's command with real verification and timing (structure, not time): the B-form
+    matmul 128^3, beam, library policy ranked (defaults), seed 1; a small budget."""
+    from test_search_drivers import MM128, SIG128, parallel_and_unit_stride_vector
+
+    result = run_search(MM128, SIG128, "beam", budget=12, seed=1, pools=pools, as_result=True,
+                        policy_options={"ranked": True})
+    reached = [n for n in result.nodes if n.accepted and parallel_and_unit_stride_vector(n.program)]
+    assert reached, [n.action.strategy for n in result.nodes[1:]]
+    assert all(n.status in ("exact", "close") for n in reached[0].path())   # every step on the way verified

@@ -1,0 +1,410 @@
+"""Composite proposals recorded as atomic steps (issue 27): a macro action is a short sequence of the
+registered strategies' own transformations, each applied to the previous one's result, offered to
+the search as one proposal. The search verifies every step against the original and records every
+step as a state of the trajectory (`search.drivers.Search.evaluate`), so a 64-state search can reach
+a schedule that needs six moves in a row and the data stays step-level.
+
+- `micro_kernel`: the schedule of a fast CPU contraction (matmul, batched and convolution-like
+  accumulations `X += a*b`): an optional re-laid copy of the reused operand (`layout_transformation`,
+  packed along the output's unit-stride axis, or transposed when that operand walks it with a
+  stride), the outer spatial loop made parallel (`loop_parallelization`; a bound loop of the
+  published form becomes one), a register tile of `rows x cols` accumulators (`loop_tiling`, or
+  `loop_split` where the two axes are not adjacent), the reduction loops hoisted above the tile's point
+  loops (`loop_reorder` moves), the tile's rows unrolled (`loop_unrolling`) and its columns vectorised
+  (`loop_vectorization`). Tile shapes come from the machine's vector registers (`tile_shapes`).
+- `row_kernel`: for programs without a contraction (norms, softmax, elementwise chains): every heavy
+  nest's outer spatial loop made parallel and its innermost loop vectorised (split to a vector width,
+  through partial results where it is a reduction axis).
+
+Pure tree rewrites through `strategies` (never TVM); the choice of sites and parameters comes from
+the program's own analysis (`search.analysis`).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from leir.analysis import is_update, lhs_vars, reduction_op
+from leir.ast import Program, Stmt, Var, accesses
+from search.analysis import DEFAULT_MACHINE, Machine, access_strides, tensor_shapes
+from strategies.base import Context, Site, Transformation
+from strategies.registry import get
+
+MACROS = ("micro_kernel", "row_kernel")
+MAX_MACRO_STEPS = 12
+
+
+@dataclass(frozen=True)
+class Macro:
+    """A composite proposal: its name, its parameters and its atomic steps (in order)."""
+
+    name: str
+    params: dict
+    steps: tuple[Transformation, ...]
+
+    @property
+    def after(self) -> Program:
+        return self.steps[-1].after
+
+
+class _Builder:
+    """Applies strategies one after the other, finding each site by what it names."""
+
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        self.steps: list[Transformation] = []
+
+    @property
+    def program(self) -> Program:
+        return self.ctx.program
+
+    def apply(self, strategy: str, params: dict, where: Callable[[Site], bool]) -> bool:
+        s = get(strategy)
+        ctx = s.context_for(self.ctx)
+        for site in s.sites(ctx):
+            if not where(site):
+                continue
+            t = s.apply(ctx, site, params)
+            if t is not None:
+                self.steps.append(t)
+                self.ctx = self.ctx.with_program(t.after)
+                return True
+        return False
+
+
+def _at(nest: int, loops: tuple[str, ...] | None = None, path: tuple[int, ...] = ()) -> Callable[[Site], bool]:
+    return lambda s: s.nest == nest and s.path == path and (loops is None or tuple(s.loops) == loops)
+
+
+# --- micro_kernel ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Contraction:
+    """A top-level nest of one accumulation `X += a*b` and the roles of its loops."""
+
+    nest: int
+    rows: str              # spatial loop the reused operand does not depend on (the tile's rows)
+    cols: str              # spatial loop of the output's unit stride (the tile's columns, vector lanes)
+    reductions: tuple[str, ...]
+    reused: str            # the operand every row of the tile reads (packed or transposed first)
+    reused_dim: int        # its dimension indexed by `cols`
+    reused_stride: int | None  # its stride along `cols`
+    work: int
+
+
+def contractions(program: Program) -> list[Contraction]:
+    """Accumulation nests a micro-kernel applies to, heaviest first."""
+    shapes = tensor_shapes(program)
+    out = []
+    for n, nest in enumerate(program.nests):
+        if len(nest.body) != 1 or not isinstance(nest.body[0], Stmt):
+            continue
+        stmt = nest.body[0]
+        if not is_update(stmt) or reduction_op(stmt) != "+" or any(lp.kind in ("V", "U") for lp in nest.loops):
+            continue
+        spatial = set(lhs_vars(stmt))
+        reductions = tuple(lp.var for lp in nest.loops if lp.var not in spatial)
+        if not reductions or not stmt.lhs.indices or not isinstance(stmt.lhs.indices[-1], Var):
+            continue
+        cols = stmt.lhs.indices[-1].name
+        if cols not in [lp.var for lp in nest.loops]:
+            continue
+        reads = [a for a in dict.fromkeys(accesses(stmt.rhs)) if a.tensor != stmt.lhs.tensor]
+        best = None
+        for lp in nest.loops:
+            if lp.var not in spatial or lp.var == cols:
+                continue
+            for acc in reads:
+                st = access_strides(shapes.get(acc.tensor), acc)
+                if st is None or st.get(lp.var, 0) != 0 or st.get(cols, 0) == 0:
+                    continue
+                dim = next((d for d, ix in enumerate(acc.indices) if cols in _vars(ix)), None)
+                if dim is not None and (best is None or lp.extent > best[0].extent):
+                    best = (lp, acc, dim, abs(st[cols]))
+        if best is None:
+            continue
+        lp, acc, dim, stride = best
+        out.append(Contraction(n, lp.var, cols, reductions, acc.tensor, dim, stride,
+                               math.prod(x.extent for x in nest.loops)))
+    return sorted(out, key=lambda c: (-c.work, c.nest))
+
+
+def _vars(ix) -> set[str]:
+    from leir.ast import walk_expr
+
+    return {n.name for n in walk_expr(ix) if isinstance(n, Var)}
+
+
+def tile_shapes(rows: int, cols: int, lanes: int, registers: int, cores: int) -> list[tuple[int, int]]:
+    """(rows, cols) register tiles, best first: the accumulators leave four vector registers for the
+    loads and broadcasts, the columns are a whole number of vectors (or the whole axis when it is
+    short), there are enough row tiles for every core; ranked by multiply-adds per load
+    (rows*cols / (rows + cols/lanes)), then more rows."""
+    col_options = [c for c in (4 * lanes, 2 * lanes, lanes) if c < cols and cols % c == 0]
+    if cols <= 4 * lanes:
+        col_options.append(cols)
+    row_options = [r for r in (8, 6, 4, 3, 2) if r < rows and rows % r == 0 and rows // r >= cores]
+    out = []
+    for r in row_options:
+        for c in dict.fromkeys(col_options):
+            acc = r * math.ceil(c / lanes)
+            if acc <= registers - 4 and r * c <= 512:
+                out.append((r, c))
+    return sorted(out, key=lambda rc: (-(rc[0] * rc[1]) / (rc[0] + rc[1] / lanes), -rc[0], -rc[1]))
+
+
+def micro_kernels(ctx: Context, machine: Machine = DEFAULT_MACHINE, variants: int = 3) -> list[Macro]:
+    """Micro-kernel proposals for the heaviest contraction: the best tile shapes, with and without
+    a packed copy of the reused operand; where the program has several contractions (attention, an
+    MLP), also one macro that gives each of them its best tile, heaviest first."""
+    found = contractions(ctx.program)
+    if not found:
+        return []
+    plans = [(r, c, False) for r, c in _shapes_for(ctx.program, found[0], machine)[:2]]
+    plans += [(r, c, True) for r, c in _shapes_for(ctx.program, found[0], machine)[:1]]
+    out = []
+    for r, c, pack in plans:
+        macro = _micro_kernel(ctx, found[0], r, c, pack, machine)
+        if macro is not None and all(m.after != macro.after for m in out):
+            out.append(macro)
+        if len(out) >= variants:
+            break
+    if len(found) > 1:
+        macro = _every_contraction(ctx, machine)
+        if macro is not None and all(m.after != macro.after for m in out):
+            out.append(macro)
+    return out
+
+
+def _shapes_for(program: Program, con: Contraction, machine: Machine) -> list[tuple[int, int]]:
+    nest = program.nests[con.nest]
+    extents = {lp.var: lp.extent for lp in nest.loops}
+    lanes = machine.lanes(nest.body[0].lhs.dtype)
+    return tile_shapes(extents[con.rows], extents[con.cols], lanes, machine.vector_registers, machine.cores)
+
+
+def _micro_kernel(ctx: Context, con: Contraction, rows: int, cols: int, pack: bool,
+                  machine: Machine = DEFAULT_MACHINE) -> Macro | None:
+    b = _Builder(ctx)
+    if not _micro_kernel_steps(b, con, rows, cols, pack, machine):
+        return None
+    params = {"tile": [rows, cols], "pack": bool(con.reused_stride != 1 or pack)}
+    return Macro("micro_kernel", params, tuple(b.steps))
+
+
+def _every_contraction(ctx: Context, machine: Machine, max_steps: int = 4 * MAX_MACRO_STEPS) -> Macro | None:
+    """Each contraction its best tile (no packed copy), heaviest first; one that cannot be tiled is
+    left as it is."""
+    b = _Builder(ctx)
+    done, skipped = 0, set()   # skipped: the accumulators (output tensors) of contractions left as they are
+    while True:
+        left = [c for c in contractions(b.program) if _output(b.program, c) not in skipped]
+        if not left:
+            break
+        con = left[0]
+        shapes = _shapes_for(b.program, con, machine)
+        saved = (b.ctx, len(b.steps))
+        if shapes and _micro_kernel_steps(b, con, *shapes[0], False, machine) and len(b.steps) <= max_steps:
+            done += 1
+        else:
+            skipped.add(_output(saved[0].program, con))
+            b.ctx, b.steps = saved[0], b.steps[:saved[1]]
+    if done < 2:
+        return None
+    return Macro("micro_kernel", {"nests": done}, tuple(b.steps))
+
+
+def _output(program: Program, con: Contraction) -> str:
+    return program.nests[con.nest].body[0].lhs.tensor
+
+
+def _micro_kernel_steps(b: _Builder, con: Contraction, rows: int, cols: int, pack: bool,
+                        machine: Machine = DEFAULT_MACHINE) -> bool:
+    """The micro-kernel's steps for `con` appended to `b` (False, with `b` part-way, when a step is
+    not legal)."""
+    n = con.nest
+    col_extent = next(lp.extent for lp in b.program.nests[n].loops if lp.var == con.cols)
+    split_cols = cols < col_extent
+    if con.reused_stride != 1:
+        # a transposed copy first (the later splits then read it through affine subscripts)
+        if not _relay(b, con, 0):
+            return False
+        n += 1  # the copy nest stands before the nest that reads it
+    # 1. the rows made parallel first when they are a bound loop (the published form's thread loop):
+    # a bound loop's split keeps its point loop bound, which could not be unrolled
+    loops = {lp.var: lp for lp in b.program.nests[n].loops}
+    roles = {con.rows: "rows", con.cols: "cols"}
+    roles.update({r: "red" for r in con.reductions})
+    if loops[con.cols].kind == "B":
+        return False
+    if loops[con.rows].kind == "B":
+        before = [lp.var for lp in b.program.nests[n].loops]
+        if not b.apply("loop_parallelization", {}, _at(n, (con.rows,))):
+            return False
+        after = [lp.var for lp in b.program.nests[n].loops]
+        roles[after[before.index(con.rows)]] = roles.pop(con.rows)   # the parallel loop's index name
+    rows_var = next(v for v, r in roles.items() if r == "rows")
+    cols_var = con.cols
+    # 2. the tile: both axes split (one tiling step when they are adjacent)
+    names = [lp.var for lp in b.program.nests[n].loops]
+    i, j = names.index(rows_var), names.index(cols_var)
+    if split_cols and j == i + 1:
+        if not b.apply("loop_tiling", {"factors": [rows, cols]}, _at(n, (rows_var, cols_var))):
+            return False
+    else:
+        if not b.apply("loop_split", {"factor": rows}, _at(n, (rows_var,))):
+            return False
+        if split_cols and not b.apply("loop_split", {"factor": cols}, _at(n, (cols_var,))):
+            return False
+    # 3. target order: everything else in its order, then the reduction loops, then rows, cols
+    names = [lp.var for lp in b.program.nests[n].loops]
+    reds = [v for v in names if roles.get(v) == "red"]
+    target = [v for v in names if v not in (rows_var, cols_var) and v not in reds] + reds + [rows_var, cols_var]
+    if not _reorder(b, n, target):
+        return False
+    # 4. rows unrolled, columns vectorised
+    if not b.apply("loop_unrolling", {}, _at(n, (rows_var,))):
+        return False
+    if not b.apply("loop_vectorization", {}, _at(n, (cols_var,))):
+        return False
+    # 5. else the outermost loop with work for every core made parallel (a batch loop of extent 1 is not)
+    if not any(lp.kind == "P" for lp in b.program.nests[n].loops):
+        for lp in b.program.nests[n].loops:
+            if roles.get(lp.var) == "red" or lp.var in (rows_var, cols_var):
+                break
+            if lp.extent >= machine.cores and lp.kind in ("L", "B"):
+                if not b.apply("loop_parallelization", {}, _at(n, (lp.var,))):
+                    return False
+                break
+    # 6. a packed copy last, once the columns read it as `block*cols + lane` (its block and lane)
+    if pack and con.reused_stride == 1 and not (split_cols and _relay(b, con, cols)):
+        return False
+    return True
+
+
+def _relay(b: _Builder, con: Contraction, factor: int) -> bool:
+    """A packed copy of the reused operand along the columns' dimension (blocks of `factor`), or a
+    transposed copy that makes that dimension the contiguous one."""
+    shape = tensor_shapes(b.program).get(con.reused)
+    if shape is None:
+        return False
+    def where(site: Site) -> bool:
+        return tuple(site.tensors) == (con.reused,)
+    if factor and b.apply("layout_transformation", {"copy": "packed", "dim": con.reused_dim, "factor": factor}, where):
+        return True
+    rank = len(shape)
+    if con.reused_dim == rank - 1:
+        return False
+    order = [d for d in range(rank) if d != con.reused_dim] + [con.reused_dim]
+    return b.apply("layout_transformation", {"copy": "transposed", "order": order}, where)
+
+
+def _reorder(b: _Builder, n: int, target: list[str]) -> bool:
+    """Bring the nest's loops into `target` order with one-loop moves (each one atomic step)."""
+    for k, var in enumerate(target):
+        names = [lp.var for lp in b.program.nests[n].loops]
+        i = names.index(var)
+        if i == k:
+            continue
+        params = {"swap": [names[k], var]} if i - k == 1 else {"move": var, "to": k}
+        if not b.apply("loop_reorder", params, _at(n)):
+            return False
+    return True
+
+
+# --- row_kernel ------------------------------------------------------------------------------------
+
+def row_kernels(ctx: Context, machine: Machine = DEFAULT_MACHINE) -> list[Macro]:
+    """Every top-level nest of enough work: its outer loop parallel, its innermost loop vectorised."""
+    from search.analysis import statement_cost
+
+    shapes = tensor_shapes(ctx.program)
+    b = _Builder(ctx)
+    costs = {}
+    from leir.analysis import statement_sites
+
+    kernels = {c.nest for c in contractions(ctx.program)}   # the micro-kernel's business
+    for site in statement_sites(ctx.program):
+        if site.nest_index in kernels:
+            continue
+        c = statement_cost(site, shapes, machine)
+        costs[site.nest_index] = costs.get(site.nest_index, 0.0) + c.iterations * c.cycles_per_iteration
+    total = sum(costs.values()) or 1.0
+    # last nest first: a reduction vectorised through partial results adds its combining nest after
+    # it, which leaves the indices of the nests before it as they were
+    for n in sorted(costs, reverse=True):
+        if costs[n] >= 0.05 * total:
+            _vectorise_and_parallelise(b, n, machine)
+    if len(b.steps) < 2:
+        return []
+    return [Macro("row_kernel", {"nests": len({t.site.nest for t in b.steps})}, tuple(b.steps))]
+
+
+def _vectorise_and_parallelise(b: _Builder, n: int, machine: Machine) -> None:
+    """One nest: a unit-stride spatial loop sunk innermost when a reduction loop is (a pooling window),
+    the innermost loop vectorised, the outermost spatial loop with work for every core made parallel
+    (moved outside the reduction loops first when it stands inside them)."""
+    nest = b.program.nests[n]
+    if not all(isinstance(i, Stmt) for i in nest.body) or not nest.loops:
+        return
+    stmt = nest.body[0]
+    spatial = set(lhs_vars(stmt)) if len(nest.body) == 1 else {lp.var for lp in nest.loops}
+    names = [lp.var for lp in nest.loops]
+    unit = stmt.lhs.indices[-1].name if stmt.lhs.indices and isinstance(stmt.lhs.indices[-1], Var) else None
+    if len(nest.body) == 1 and names[-1] not in spatial and unit in names[:-1] \
+            and all(v not in spatial for v in names[names.index(unit) + 1:]) \
+            and _walks_contiguously(b.program, stmt, unit):
+        k = names.index(unit)
+        b.apply("loop_reorder", {"swap": [unit, names[-1]]} if k == len(names) - 2 else
+                {"move": unit, "to": len(names) - 1}, _at(n))
+    inner = b.program.nests[n].loops[-1]
+    lanes = machine.lanes(stmt.lhs.dtype)
+    if inner.kind == "L" and len(nest.loops) > 1:
+        for params in _vector_params(inner.extent, lanes):
+            if b.apply("loop_vectorization", params, _at(n, (inner.var,))):
+                break
+    loops = b.program.nests[n].loops
+    if any(lp.kind == "P" for lp in loops):
+        return
+    spatial |= {lp.var for lp in loops if lp.var not in names}     # split-off outer loops of spatial ones
+    for k, lp in enumerate(loops[:-1]):
+        if lp.var not in spatial or lp.extent < machine.cores or lp.kind not in ("L", "B"):
+            continue
+        first_reduction = next((j for j, x in enumerate(loops) if x.var not in spatial), len(loops))
+        if k > first_reduction:   # inside a reduction loop: one fork/join per reduction step otherwise
+            if not b.apply("loop_reorder", {"swap": [loops[first_reduction].var, lp.var]}
+                           if k - first_reduction == 1 else {"move": lp.var, "to": first_reduction}, _at(n)):
+                continue
+        b.apply("loop_parallelization", {}, _at(n, (lp.var,)))
+        return
+
+
+def _walks_contiguously(program: Program, stmt: Stmt, var: str) -> bool:
+    """Every access of the statement has stride 0 or 1 along `var` (vector lanes without gathers)."""
+    shapes = tensor_shapes(program)
+    for acc in (stmt.lhs, *accesses(stmt.rhs)):
+        st = access_strides(shapes.get(acc.tensor), acc)
+        if st is None or abs(st.get(var, 0)) > 1:
+            return False
+    return True
+
+
+def _vector_params(extent: int, lanes: int) -> Iterator[dict]:
+    """Vectorisation variants, widest useful first: the whole loop when short, else a split by a
+    multiple of the lanes; each also as partial results (a reduction axis) and with fast_exp."""
+    widths = [w for w in (2 * lanes, lanes) if extent % w == 0 and w < extent]
+    base = ([{}] if extent <= 4 * lanes else []) + [{"width": w} for w in widths]
+    for p in base:
+        yield {**p, "exp": "fast"}
+        yield p
+        if "width" in p:
+            yield {**p, "partials": True, "exp": "fast"}
+            yield {**p, "partials": True}
+
+
+def macro_proposals(ctx: Context, machine: Machine = DEFAULT_MACHINE) -> list[Macro]:
+    """Every macro this state admits (possibly none), in a fixed order."""
+    if ctx.gpu:
+        return []
+    return micro_kernels(ctx, machine) + row_kernels(ctx, machine)

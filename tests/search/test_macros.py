@@ -1,0 +1,259 @@
+"""Macro actions (search.macros) and the program analysis behind them (search.analysis): each macro is
+a chain of the registered strategies' own steps, its final state has the structure of a fast CPU
+kernel, and the search verifies and records every step. Structure, not time: the timing callables
+here are fakes (one test verifies the steps through TVM)."""
+from __future__ import annotations
+
+import pytest
+
+from leir.analysis import statement_sites
+from leir.parse import parse_program
+from leir.printer import format_program
+from leir.signature import Signature
+from search.analysis import Machine, estimate_cycles, log2_speedup
+from search.drivers import Budget, DriverConfig, Policy, run
+from search.macros import contractions, macro_proposals, micro_kernels, row_kernels, tile_shapes
+from search.policies import macro_action
+from strategies.base import Context
+
+AVX512 = Machine(cores=2, vector_bits=512, vector_registers=32)
+AVX2 = Machine(cores=2, vector_bits=256, vector_registers=16)
+
+
+def sig(**tensors) -> Signature:
+    *inputs, out = tensors.items()
+    return Signature.from_json({"tensors": [{"name": n, "shape": s, "dtype": "float32", "role": "input"}
+                                            for n, s in inputs]
+                                + [{"name": out[0], "shape": out[1], "dtype": "float32", "role": "output"}]})
+
+
+MM_B = parse_program("B^{128}_{tx=0}L^{128}_{a=0}L^{128}_{c=0}"
+                     "[D^{f32,g}_{tx,a}=D^{f32,g}_{tx,a}+A^{f32,g}_{tx,c}*C^{f32,g}_{c,a};];")
+MM_L = parse_program("L^{128}_{d=0}L^{128}_{a=0}L^{128}_{c=0}"
+                     "[D^{f32,g}_{d,a}=D^{f32,g}_{d,a}+A^{f32,g}_{d,c}*C^{f32,g}_{c,a};];")
+MM_SIG = sig(A=[128, 128], C=[128, 128], D=[128, 128])
+# D = A @ B^T: the operand reused across rows walks the vector axis with a stride of 64
+MM_T = parse_program("B^{64}_{tx=0}L^{64}_{a=0}L^{32}_{c=0}"
+                     "[D^{f32,g}_{tx,a}=D^{f32,g}_{tx,a}+A^{f32,g}_{tx,c}*C^{f32,g}_{a,c};];")
+MM_T_SIG = sig(A=[64, 32], C=[64, 32], D=[64, 64])
+CONV = parse_program("B^{1}_{tx=0}L^{16}_{a=0}L^{8}_{c=0}L^{8}_{d=0}L^{8}_{f=0}L^{3}_{g=0}L^{3}_{h=0}"
+                     "[C^{f32,g}_{tx,a,c,d}=C^{f32,g}_{tx,a,c,d}+A^{f32,g}_{tx,f,c+g,d+h}*D^{f32,g}_{a,f,g,h};];")
+CONV_SIG = sig(A=[1, 8, 10, 10], D=[16, 8, 3, 3], C=[1, 16, 8, 8])
+SOFTMAX = parse_program(
+    "B^{64}_{tx=0}L^{512}_{a=0}[D^{f32,g}_{tx}=max(D^{f32,g}_{tx},A^{f32,g}_{tx,a});];"
+    "B^{64}_{tx=0}L^{512}_{a=0}[E^{f32,g}_{tx}=E^{f32,g}_{tx}+exp(A^{f32,g}_{tx,a}-D^{f32,g}_{tx});];"
+    "B^{64}_{tx=0}L^{512}_{a=0}[C^{f32,g}_{tx,a}=exp(A^{f32,g}_{tx,a}-D^{f32,g}_{tx})/E^{f32,g}_{tx};];")
+SOFTMAX_SIG = sig(A=[64, 512], C=[64, 512])
+
+
+def kernel_nest(program):
+    """The nest holding the accumulation (the last one that has a U loop)."""
+    return [n for n in program.nests if any(lp.kind == "U" for lp in n.loops)][-1]
+
+
+def assert_chained(macro, start):
+    """Every step is one registered strategy's transformation of the previous step's result."""
+    assert macro.steps[0].before == start
+    for a, b in zip(macro.steps, macro.steps[1:], strict=False):
+        assert b.before == a.after
+    assert macro.after == macro.steps[-1].after
+
+
+def assert_micro_kernel(program):
+    nest = kernel_nest(program)
+    kinds = [lp.kind for lp in nest.loops]
+    stmt = nest.body[0]
+    inner = nest.loops[-1]
+    assert "P" in kinds and kinds[-1] == "V" and kinds[-2] == "U"
+    p = kinds.index("P")
+    assert nest.loops[p].extent >= 2
+    # the vector loop walks the output's last (contiguous) subscript with stride 1
+    assert stmt.lhs.indices[-1].rhs.name == inner.var if hasattr(stmt.lhs.indices[-1], "rhs") \
+        else stmt.lhs.indices[-1].name == inner.var
+    # the reduction loops stand above the tile's point loops
+    spatial = {v.name for ix in stmt.lhs.indices for v in _vars(ix)}
+    reductions = [k for k, lp in enumerate(nest.loops) if lp.var not in spatial]
+    assert reductions and max(reductions) < len(kinds) - 2
+
+
+def _vars(ix):
+    from leir.ast import Var, walk_expr
+
+    return [n for n in walk_expr(ix) if isinstance(n, Var)]
+
+
+@pytest.mark.parametrize("program", [MM_B, MM_L], ids=["B-form", "L-form"])
+def test_micro_kernel_on_matmul_is_a_chain_of_strategy_steps(program):
+    macros = micro_kernels(Context(program, MM_SIG), AVX512)
+    assert len(macros) == 3 and macros[0].params == {"tile": [4, 64], "pack": False}
+    assert sum(m.params["pack"] for m in macros) == 1
+    for m in macros:
+        assert_chained(m, program)
+        assert_micro_kernel(m.after)
+        names = [t.strategy for t in m.steps]
+        assert {"loop_parallelization", "loop_reorder", "loop_unrolling", "loop_vectorization"} <= set(names)
+        assert ("layout_transformation" in names) == m.params["pack"]
+    packed = next(m for m in macros if m.params["pack"])
+    assert packed.after.nests[0].body[0].lhs.tensor != "D"   # the packed copy stands first
+
+
+def test_tile_shapes_follow_the_vector_registers():
+    assert tile_shapes(128, 128, 16, 32, 2)[:2] == [(4, 64), (8, 32)]   # AVX-512: 16 accumulators of 16 lanes
+    assert tile_shapes(128, 128, 8, 16, 2)[0] == (4, 16)                # AVX2: 8 of its 16 registers
+    assert all(r * -(-c // 8) <= 12 for r, c in tile_shapes(128, 128, 8, 16, 2))
+    assert tile_shapes(4, 128, 16, 32, 2) == [(2, 64), (2, 32), (2, 16)]  # two row tiles for two cores
+    assert tile_shapes(64, 56, 16, 32, 2)[0] == (4, 56)                 # a short axis whole
+
+
+def test_micro_kernel_transposes_an_operand_that_walks_the_vector_axis_with_a_stride():
+    (con,) = contractions(MM_T)
+    assert con.reused == "C" and con.reused_stride == 32
+    macro = micro_kernels(Context(MM_T, MM_T_SIG), AVX512)[0]
+    assert macro.steps[0].strategy == "layout_transformation" and macro.steps[0].params["copy"] == "transposed"
+    assert_chained(macro, MM_T)
+    assert_micro_kernel(macro.after)
+    copy = macro.after.nests[0].body[0].lhs.tensor
+    reads = [a for a in _accesses(kernel_nest(macro.after).body[0].rhs) if a.tensor == copy]
+    assert reads and reads[0].indices[-1] != reads[0].indices[0]
+
+
+def _accesses(e):
+    from leir.ast import accesses
+
+    return list(accesses(e))
+
+
+def test_micro_kernel_on_a_convolution_parallelises_channels_not_the_batch_of_one():
+    macro = micro_kernels(Context(CONV, CONV_SIG), AVX512)[0]
+    assert_chained(macro, CONV)
+    assert_micro_kernel(macro.after)
+    nest = kernel_nest(macro.after)
+    assert nest.loops[0].kind == "B" and nest.loops[0].extent == 1   # the batch loop stays as it was
+    assert [lp.extent for lp in nest.loops[-5:-2]] == [8, 3, 3]      # input channels, kernel rows, columns
+
+
+def test_row_kernel_vectorises_and_parallelises_every_heavy_nest():
+    (macro,) = row_kernels(Context(SOFTMAX, SOFTMAX_SIG), AVX512)
+    assert_chained(macro, SOFTMAX)
+    params = [t.params for t in macro.steps if t.strategy == "loop_vectorization"]
+    assert len(params) == 3 and sum(bool(p.get("partials")) for p in params) == 2
+    assert all(p.get("exp") == "fast" for p in params[:2])            # the two nests with exp
+    heavy = [n for n in macro.after.nests if any(lp.kind == "V" for lp in n.loops)]
+    assert len(heavy) == 3 and all(n.loops[0].kind == "P" for n in heavy)
+    assert not micro_kernels(Context(SOFTMAX, SOFTMAX_SIG), AVX512)   # no contraction here
+
+
+def test_no_macro_on_cuda_and_none_twice_on_a_finished_kernel():
+    assert macro_proposals(Context(MM_B, MM_SIG, "cuda")) == []
+    done = micro_kernels(Context(MM_B, MM_SIG), AVX512)[0].after
+    assert micro_kernels(Context(done, MM_SIG), AVX512) == []
+
+
+# --- the analysis ------------------------------------------------------------------------------------
+
+def test_analysis_ranks_what_the_matmul_needs_before_partial_sums():
+    reorder = parse_program("B^{128}_{tx=0}L^{128}_{c=0}L^{128}_{a=0}"
+                            "[D^{f32,g}_{tx,a}=D^{f32,g}_{tx,a}+A^{f32,g}_{tx,c}*C^{f32,g}_{c,a};];")
+    partials = parse_program("B^{128}_{tx=0}L^{128}_{a=0}L^{8}_{d=0}V^{16}_{c=0}"
+                             "[E^{f32,g}_{tx,a,c}=E^{f32,g}_{tx,a,c}+A^{f32,g}_{tx,d*16+c}*C^{f32,g}_{d*16+c,a};];"
+                             "B^{128}_{tx=0}L^{128}_{a=0}L^{16}_{c=0}[D^{f32,g}_{tx,a}=D^{f32,g}_{tx,a}+E^{f32,g}_{tx,a,c};];")
+    kernel = micro_kernels(Context(MM_B, MM_SIG), AVX512)[0].after
+    gains = [log2_speedup(MM_B, p, AVX512) for p in (partials, reorder, kernel)]
+    assert 0 < gains[0] < gains[1] < gains[2]
+    # a parallel loop under a serial one pays a fork/join per outer iteration
+    inner_p = parse_program("L^{128}_{tx=0}P^{128}_{a=0}L^{128}_{c=0}"
+                            "[D^{f32,g}_{tx,a}=D^{f32,g}_{tx,a}+A^{f32,g}_{tx,c}*C^{f32,g}_{c,a};];")
+    outer_p = parse_program("P^{128}_{tx=0}L^{128}_{a=0}L^{128}_{c=0}"
+                            "[D^{f32,g}_{tx,a}=D^{f32,g}_{tx,a}+A^{f32,g}_{tx,c}*C^{f32,g}_{c,a};];")
+    assert estimate_cycles(outer_p, AVX512) < estimate_cycles(inner_p, AVX512) < estimate_cycles(MM_B, AVX512)
+
+
+def test_machine_detect_reads_the_cpu():
+    m = Machine.detect()
+    assert m.cores >= 1 and m.vector_bits in (128, 256, 512) and m.lanes("f32") == m.vector_bits // 32
+    assert AVX2.lanes("f64") == 4 and AVX2.lanes("f16") == 16
+
+
+# --- in the search ------------------------------------------------------------------------------------
+
+class MacroFirst(Policy):
+    """Proposes the micro-kernels of the root, then nothing."""
+
+    name = "macro-first"
+
+    def actions(self, ctx, node, want):
+        if node.depth == 0:
+            yield from (macro_action(m) for m in micro_kernels(ctx, AVX512))
+
+
+def test_search_verifies_and_records_every_step_and_times_the_last():
+    verified, timed = [], []
+
+    def verify(root, state):
+        verified.append(format_program(state))
+        return "exact"
+
+    def measure(root, state):
+        timed.append(format_program(state))
+        return 1000.0, 10.0
+
+    result = run(MM_B, MM_SIG, "bfs", MacroFirst(), verify, measure, budget=Budget(states=40),
+                 config=DriverConfig(depth=12, branching=3))
+    macros = micro_kernels(Context(MM_B, MM_SIG), AVX512)
+    # the second and third macros start from states the first reached: shared steps are not repeated
+    expected = {format_program(t.after) for m in macros for t in m.steps}
+    assert set(verified) == expected and len(verified) == len(expected) == result.states_verified
+    assert set(timed) == {format_program(m.after) for m in macros}
+    best = result.best
+    assert [n.action.strategy for n in result.trajectory] == [t.strategy for t in macros[0].steps]
+    assert all(n.action.source == "macro:micro_kernel" for n in result.trajectory)
+    assert [n.speedup for n in result.trajectory][:-1] == [None] * (len(macros[0].steps) - 1)
+    assert best.origin is result.root and best in result.root.successors
+    out = result.to_json()
+    assert len(out["trajectory"]) == len(macros[0].steps)
+
+
+def test_a_macro_that_does_not_fit_the_budget_is_not_started():
+    result = run(MM_B, MM_SIG, "bfs", MacroFirst(), lambda r, s: "exact", lambda r, s: (1000.0, 10.0),
+                 budget=Budget(states=3), config=DriverConfig(depth=12, branching=3))
+    assert result.states_verified == 0 and result.best is result.root
+
+
+def test_a_failing_step_stops_the_macro_there():
+    def verify(root, state):
+        return "mismatch" if any(lp.kind == "U" for n in state.nests for lp in n.loops) else "exact"
+
+    result = run(MM_B, MM_SIG, "bfs", MacroFirst(), verify, lambda r, s: (1000.0, 10.0),
+                 budget=Budget(states=40), config=DriverConfig(depth=12, branching=1))
+    failed = [n for n in result.nodes if n.status == "mismatch"]
+    assert len(failed) == 1 and failed[0].action.strategy == "loop_unrolling" and not failed[0].children
+    assert result.best is result.root and not any(n.speedup for n in result.nodes[1:])
+
+
+def test_every_macro_step_verifies_through_tvm():
+    from gpu_tasks.verify import verify_pair
+
+    program = parse_program("B^{32}_{tx=0}L^{64}_{a=0}L^{16}_{c=0}"
+                            "[D^{f32,g}_{tx,a}=D^{f32,g}_{tx,a}+A^{f32,g}_{tx,c}*C^{f32,g}_{c,a};];")
+    signature = sig(A=[32, 16], C=[16, 64], D=[32, 64])
+    macros = micro_kernels(Context(program, signature), AVX2)
+    assert macros
+    states = {format_program(t.after): t.after for m in macros for t in m.steps}
+    for state in states.values():
+        assert verify_pair(program, state, signature, "llvm", 2, 0).status == "exact", format_program(state)
+    sites = statement_sites(macros[0].after)
+    assert sites and all(s.stmt for s in sites)
+
+
+def test_a_program_with_several_contractions_gets_one_macro_for_all_of_them():
+    mlp = parse_program("B^{32}_{tx=0}L^{128}_{a=0}L^{64}_{c=0}"
+                        "[D^{f32,g}_{tx,a}=D^{f32,g}_{tx,a}+A^{f32,g}_{tx,c}*C^{f32,g}_{c,a};];"
+                        "B^{32}_{tx=0}L^{64}_{a=0}L^{128}_{c=0}"
+                        "[F^{f32,g}_{tx,a}=F^{f32,g}_{tx,a}+D^{f32,g}_{tx,c}*E^{f32,g}_{c,a};];")
+    signature = sig(A=[32, 64], C=[64, 128], E=[128, 64], F=[32, 64])
+    macros = micro_kernels(Context(mlp, signature), AVX512)
+    every = [m for m in macros if "nests" in m.params]
+    assert len(every) == 1 and every[0].params == {"nests": 2}
+    assert_chained(every[0], mlp)
+    kernels = [n for n in every[0].after.nests if any(lp.kind == "U" for lp in n.loops)]
+    assert len(kernels) == 2
