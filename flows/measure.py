@@ -162,6 +162,8 @@ def measure_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
     start = time.perf_counter()
     with timing_pool(timeout_s=float(cfg["timeout_s"])) as pool:
         fingerprint = pool.broadcast(session_fingerprint, target)[0]
+        if not isinstance(fingerprint, dict):  # the worker failed before timing anything: say why
+            raise RuntimeError(f"measure: the timing worker could not start: {fingerprint}")
         run_id = stable_id("timing-run", fingerprint, time.time_ns(), length=12)
         existing = {r["state_id"]: r for r in read_table(lake, "timings").to_pylist()
                     if r["machine_id"] == fingerprint["id"] and r["target"] == target and r["status"] == "ok"}
