@@ -321,7 +321,10 @@ class LoopParallelization(LoopRule):
                  f"no statement reads an element that another iteration of {loop.var} writes",
                  "no enclosing or enclosed loop is already parallel")
         effect = (f"The {loop.extent} iterations of {loop.var} are independent, each doing {work} inner "
-                  f"iteration{'s' if work != 1 else ''} of work, so they can run on separate cores.")
+                  f"iteration{'s' if work != 1 else ''} of work, so they can run on separate cores."
+                  if not ctx.gpu else
+                  f"{loop.var} is marked parallel: its {loop.extent} iterations are independent, but inside a CUDA "
+                  "kernel only bound loops are spread over threads, so on the GPU it stays serial in each thread.")
         return in_band(ctx, site, with_loop(nest, k, Loop("P", loop.extent, loop.var, loop.start)), facts, effect)
 
 
