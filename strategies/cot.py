@@ -249,9 +249,10 @@ def _now(a: Assessment, target: str) -> list[str]:
     loops = " ".join(f"{lp.var}({lp.extent}{'' if lp.kind == 'L' else ' ' + _KIND[lp.kind]})" for lp in m.loops)
     what = (f"accumulates into {m.tensor} over {', '.join(m.reduction)}" if m.reduction
             else f"writes each element of {m.tensor} once" if m.loops else f"writes {m.tensor}")
-    work = " and ".join([plural(m.ops, "operation")] * bool(m.ops or not m.calls)
-                        + [plural(m.calls, "transcendental call")] * bool(m.calls))
-    head = (f"Now: {where} {'runs ' + loops if loops else 'has no loop'}; its "
+    work = (" and ".join([plural(m.ops, "operation")] * bool(m.ops) + [plural(m.calls, "transcendental call")]
+                         * bool(m.calls)) or "a plain copy")
+    verb = "run" if len(a.nests) > 1 else "runs"
+    head = (f"Now: {where} {verb + ' ' + loops if loops else 'has no loop'}; its "
             f"{'main ' if len(f.statements) > 1 else ''}statement {what}: {m.executions:,} execution"
             f"{'' if m.executions == 1 else 's'} of {work}, each loading {m.loaded} bytes and storing {m.stored}")
     if len(f.statements) > 1:
