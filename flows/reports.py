@@ -77,14 +77,15 @@ def build_reports(programs: pa.Table, steps: pa.Table, verifications: pa.Table, 
 
 def cot_templates(samples: pa.Table) -> dict:
     """Distinct CoT templates per strategy over the released samples (each option of a multi-answer
-    sample counts for its strategy), and their median over the strategies that have CoTs."""
+    sample counts for its strategy), and their median over the 43 strategies (0 for one without CoTs)."""
     from strategies.cot import template_counts, thoughts
 
     rows = []
     for answer, strategies in zip(samples.column("answer").to_pylist(), samples.column("strategies").to_pylist(),
                                   strict=True):
         rows.extend(thoughts(answer, json.loads(strategies)))
-    per = template_counts(rows)
+    found = template_counts(rows)
+    per = {name: found.get(name, {"cots": 0, "templates": 0}) for name in ALL_NAMES}  # a strategy without CoTs: 0
     counts = sorted(v["templates"] for v in per.values())
     median = (counts[(len(counts) - 1) // 2] + counts[len(counts) // 2]) / 2 if counts else 0
     return {"median_templates": median, "cots": len(rows),

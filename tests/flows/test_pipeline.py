@@ -179,9 +179,10 @@ def test_the_cot_template_report_counts_the_released_cots(tiny_lake):
     report = json.loads((root / "reports" / "cot_templates.json").read_text())
     rows = released_cots(root)
     assert report["cots"] == len(rows) and report["cots"] == sum(v["cots"] for v in report["strategies"].values())
-    assert all(1 <= v["templates"] <= v["cots"] for v in report["strategies"].values())
+    assert len(report["strategies"]) == 43
+    assert all(min(v["cots"], 1) <= v["templates"] <= v["cots"] for v in report["strategies"].values())
     summary = json.loads((root / "reports" / "summary.json").read_text())
-    assert summary["cot_templates_median"] == report["median_templates"] > 1
+    assert summary["cot_templates_median"] == report["median_templates"]
 
 
 def test_rerun_reuses_finished_work_and_changes_nothing(tiny_lake):
