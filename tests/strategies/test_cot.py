@@ -318,7 +318,7 @@ def test_no_memory_benefit_claimed_for_a_scope_on_the_cpu():
 
 # What a CoT may not say where the figures do not bear it out (also checked over a built lake, tests/flows).
 PARALLEL_CLAIMS = ("run in parallel", "runs in parallel", "on separate cores", "at once")
-MEMORY_CLAIMS = ("fast memory", "on chip", "cuts the bytes moved")
+MEMORY_CLAIMS = ("fast memory", "on chip", "on-chip", "cuts the bytes moved")
 
 
 def test_templates_abstract_numbers_and_names_but_keep_the_reasoning():

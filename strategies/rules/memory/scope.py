@@ -95,6 +95,6 @@ class SetStorageScope(Strategy):
             return (f"{tensor} ({info.dtype}, one element) becomes local: on the CPU a local scalar is kept in a "
                     "register instead of a memory buffer.")
         return (f"The {size} elements of {tensor} ({info.dtype}) are marked {SCOPE_NAMES[scope]} instead of "
-                f"{SCOPE_NAMES[info.scope]}: a CPU has no on-chip shared or local memory, the buffer stays behind "
+                f"{SCOPE_NAMES[info.scope]}: a CPU has no separate shared or local memory, the buffer stays behind "
                 "the same caches, so the step brings no memory benefit there; it fixes where "
                 f"{tensor} lives when the program is compiled for a GPU.")
