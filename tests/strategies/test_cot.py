@@ -341,3 +341,11 @@ def test_thoughts_splits_a_multi_answer_sample_by_option():
     assert [(s, x) for s, x in thoughts(combined, ["loop_split", "loop_reorder"])] == [
         ("loop_split", think(ts[0])), ("loop_reorder", think(ts[1]))]
     assert thoughts(answer(ts[0]), ["loop_split"]) == [("loop_split", think(ts[0]))]
+
+
+def test_tiling_claims_cache_reuse_only_where_a_tensor_is_read_again():
+    mm = next(get("loop_tiling").transformations(ctx(MM, M_SIG)))
+    assert "A, C are read again across tx or a, and the data one tile touches stays in cache" in mm.effect
+    ew = next(get("loop_tiling").transformations(ctx(TWO, S2)))
+    assert "no tensor here is read again across tx or a, so the tiles bring no reuse by themselves" in ew.effect
+    assert "stays in cache" not in ew.effect
