@@ -349,3 +349,11 @@ def test_tiling_claims_cache_reuse_only_where_a_tensor_is_read_again():
     ew = next(get("loop_tiling").transformations(ctx(TWO, S2)))
     assert "no tensor here is read again across tx or a, so the tiles bring no reuse by themselves" in ew.effect
     assert "stays in cache" not in ew.effect
+
+
+def test_a_saving_is_promised_only_where_the_operation_count_drops():
+    costs_more = next(get("together").transformations(ctx(prog("A/C+C/A"), ALG)))
+    assert costs_more.effect.startswith("Here the rewritten form is not cheaper. The expression of D goes from "
+                                        "3 operations to 5")
+    saves = next(get("cancellation").transformations(ctx(prog("(A*A-C*C)/(A+C)"), ALG)))
+    assert saves.effect.startswith("Cancelling common factors of numerator and denominator removes work")
