@@ -153,7 +153,7 @@ def _strategy_rows(s, ctx, seed: int, max_: int | None, cot: bool, answer):
     for t in ts:
         row = {"strategy": t.strategy, "site": t.site.to_json(), "params": t.params, "after": t.after_text}
         if cot:
-            row["cot"] = answer(t)
+            row["cot"] = answer(t, s.context_for(ctx))  # the CoT reasons on the target the step was made for
         yield row
 
 

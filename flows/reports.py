@@ -3,7 +3,9 @@
 - strategies.json: steps per strategy generated, verified and released (before/after filtering);
 - verification.json: outcomes per strategy and overall pass rate;
 - errors.json: error taxonomy (status x first words of the message);
-- splits.json: samples and families per split; summary.json: the headline numbers.
+- splits.json: samples and families per split; summary.json: the headline numbers;
+- cot_templates.json: per strategy, the released CoTs and their distinct templates once numbers and
+  names are abstracted (strategies.cot.template), and the median over strategies (issue 25).
 """
 from __future__ import annotations
 
@@ -57,15 +59,38 @@ def build_reports(programs: pa.Table, steps: pa.Table, verifications: pa.Table, 
         "strategies_released": sum(1 for v in strategies.values() if v["in_samples"]),
         **shape_figures(program_shapes(programs)),
     }
+    templates = cot_templates(samples)
+    summary["cot_templates_median"] = templates["median_templates"]
     _dump(out / "strategies.json", strategies)
     _dump(out / "verification.json", verification)
     _dump(out / "errors.json", dict(errors.most_common()))
     _dump(out / "splits.json", dict(sorted(splits.items())))
     _dump(out / "summary.json", summary)
+    _dump(out / "cot_templates.json", templates)
     _plot_strategies(strategies, out / "strategy_distribution.png")
     _plot_outcomes(verification, out / "verification_outcomes.png")
     plot_shapes(program_shapes(programs), out / "shapes.png")
     return summary
+
+
+# --- CoT templates: how varied the released reasoning is (issue 25) -------------------------------------
+
+def cot_templates(samples: pa.Table) -> dict:
+    """Distinct CoT templates per strategy over the released samples (each option of a multi-answer
+    sample counts for its strategy), and their median over the 43 strategies (0 for one without CoTs)."""
+    from strategies.cot import template_counts, thoughts
+
+    rows = []
+    for answer, strategies in zip(samples.column("answer").to_pylist(), samples.column("strategies").to_pylist(),
+                                  strict=True):
+        rows.extend(thoughts(answer, json.loads(strategies)))
+    found = template_counts(rows)
+    per = {name: found.get(name, {"cots": 0, "templates": 0}) for name in ALL_NAMES}  # a strategy without CoTs: 0
+    counts = sorted(v["templates"] for v in per.values())
+    median = (counts[(len(counts) - 1) // 2] + counts[len(counts) // 2]) / 2 if counts else 0
+    return {"median_templates": median, "cots": len(rows),
+            "templates": sum(counts),
+            "strategies": per}
 
 
 # --- shapes: what the programs' tensors look like (issue 12) -----------------------------------------

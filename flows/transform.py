@@ -51,20 +51,26 @@ def transform_shard(programs: list[dict], params) -> list[dict]:
 
 def _steps_from(ctx, program_id: str, parent: str | None, depth: int, params) -> list[dict]:
     """Steps from one program state: all strategies at depth 0; after compute_inline, the
-    mathematical ones (and compute_inline again) up to `inline_depth`."""
+    mathematical ones (and compute_inline again) up to `inline_depth`. The state's transformations
+    are collected first, so that each step's CoT weighs the other legal steps of its state."""
+    from strategies.cot import state_steps
     from strategies.registry import registered
 
     prof = params.profile
-    out, inlined = [], []
+    found = []
     for strategy in registered():
         if depth > 0 and strategy.level != "mathematical" and strategy.name != "compute_inline":
             continue
-        for t in strategy.transformations(strategy.context_for(ctx), limit=int(prof["max_steps_per_program_strategy"]),
-                                          per_site=int(prof["max_variants_per_site"])):
-            row = step_row(t, program_id, parent, depth, ctx.signature)
-            out.append(row)
-            if t.strategy == "compute_inline" and depth < int(prof["inline_depth"]):
-                inlined.append((row, t))
+        at = strategy.context_for(ctx)
+        found.extend((t, at) for t in strategy.transformations(
+            at, limit=int(prof["max_steps_per_program_strategy"]), per_site=int(prof["max_variants_per_site"])))
+    state = state_steps([(t, at.target) for t, at in found])
+    out, inlined = [], []
+    for t, at in found:
+        row = step_row(t, program_id, parent, depth, ctx.signature, at, state)
+        out.append(row)
+        if t.strategy == "compute_inline" and depth < int(prof["inline_depth"]):
+            inlined.append((row, t))
     for row, t in _explored(inlined, prof, params.seed):
         out.extend(_steps_from(ctx.with_program(t.after), program_id, row["step_id"], depth + 1, params))
     return out
@@ -83,7 +89,9 @@ def _explored(inlined: list, prof: dict, seed: int) -> list:
     return [(row, t) for row, t in inlined if row["step_id"] in ids]
 
 
-def step_row(t, program_id: str, parent: str | None, depth: int, signature) -> dict:
+def step_row(t, program_id: str, parent: str | None, depth: int, signature, ctx=None, state=None) -> dict:
+    """One `steps` row; its CoT reasons on `ctx`'s target (the context `t` was enumerated in) and
+    weighs the other steps of `state` (strategies.cot.StateSteps), when given."""
     from leir.canon import program_id as pid_of
     from strategies.cot import answer
 
@@ -91,7 +99,7 @@ def step_row(t, program_id: str, parent: str | None, depth: int, signature) -> d
     return {"step_id": step_id, "program_id": program_id, "parent_step_id": parent, "depth": depth,
             "strategy": t.strategy, "level": t.level, "site": json.dumps(t.site.to_json(), sort_keys=True),
             "params": t.params_json(), "before_leir": t.before_text, "after_leir": t.after_text,
-            "after_program_id": pid_of(t.after, signature), "exactness": t.exactness, "cot": answer(t)}
+            "after_program_id": pid_of(t.after, signature), "exactness": t.exactness, "cot": answer(t, ctx, state)}
 
 
 

@@ -1,23 +1,82 @@
-"""Chain of thought and prompts, rendered from the transformation record (never from a text diff).
+"""Chain of thought and prompts, rendered from the transformation record and a static analysis of
+the LEIR tree (never from a text diff, never from timings).
 
-The think block has four parts: (1) the strategy and why it can pay off here, with this program's
-numbers; (2) where it applies; (3) the legality facts that were checked; (4) the exact state
-transition, quoting the affected nests before and after. The answer is the published format:
+The think block reasons before it acts (issue 25):
+(1) `Now:` what the program costs where the step acts, on the stated target: executions, operations,
+    bytes loaded and stored per execution, parallel extent, vector width, the innermost loop's
+    dependence chain and access strides, which tensor is reused across which loops
+    (`strategies.analysis.cost`);
+(2) `Options:` the other legal steps at this state, grouped by the figure each would improve;
+(3) `Why <strategy>:` what this step improves, or, for a step that improves none of the figures by
+    itself, the steps it makes legal next at the nests it changed;
+(4) the record: `Strategy: X (level). <effect>`, `Where:`, `Parameters:`, `Legality checked:`;
+(5) `Expected change:` the figures before -> after (only those that change);
+(6) the exact state transition, quoting the affected nests `Before:` and `After:`.
+No benefit is claimed that the figures do not show on the target: a parallel extent is a parallel
+loop of the target (`P` on the CPU, `B` on a GPU), a memory benefit of a scope is claimed on a GPU
+only. The answer is the published format:
 `<think>...</think><answer>{"transformed_IR": ..., "applied_strategy": ...}</answer>`.
 """
 from __future__ import annotations
 
 import json
+import re
+from collections import Counter
+from dataclasses import dataclass
+from functools import lru_cache
 
 from leir.ast import Program
 from leir.printer import format_nest
 from leir.signature import Signature
+from strategies.analysis.cost import Figures, StatementCost, figures
+from strategies.analysis.prose import plural
 from strategies.analysis.tree import changed_nests
 from strategies.base import Context, Transformation
 
 TASK_SINGLE = ("Apply exactly one optimization strategy to this LEIR program. Keep the known tensors "
                "(names, shapes, dtypes, global scope) unchanged and preserve the result. Reply with "
                "<think>your reasoning</think><answer>{\"transformed_IR\": ..., \"applied_strategy\": ...}</answer>.")
+DEVICE = {"llvm": "the CPU", "cuda": "the GPU"}
+# The figures a step can improve, in the order the reasoning weighs them, with what improving means.
+GAINS = (
+    ("parallel", "raises the parallel extent"),
+    ("vector", "widens the vector lanes"),
+    ("chain", "takes the dependent-update chain out of the innermost loop"),
+    ("calls", "cuts transcendental calls"),
+    ("ops", "cuts arithmetic"),
+    ("passes", "cuts passes over memory"),
+    ("traffic", "cuts the bytes moved"),
+    ("stride", "makes the innermost accesses contiguous"),
+    ("distance", "shortens the reuse distance"),
+    ("unroll", "removes loop overhead"),
+)
+# Steps that a step which improves no figure by itself may make legal next (checked on its result).
+ENABLES = {
+    "loop_split": ("loop_vectorization", "loop_unrolling", "loop_parallelization", "loop_binding", "loop_reorder"),
+    "loop_tiling": ("loop_vectorization", "loop_unrolling", "loop_parallelization", "loop_binding",
+                    "cache_read_write"),
+    "loop_reorder": ("loop_vectorization", "loop_parallelization", "loop_unrolling", "loop_fusion",
+                     "cache_read_write", "loop_binding"),
+    "reduction_factorization": ("loop_parallelization", "loop_vectorization", "loop_binding", "loop_reorder"),
+    "operator_fission": ("loop_parallelization", "loop_vectorization", "loop_binding", "loop_reorder"),
+    "expression_splitting": ("operator_fission", "common_subexpression_elimination", "compute_inline"),
+    "expression_reorder": ("common_subexpression_elimination", "factorization", "collect"),
+    "tensor_split_to_decouple_operators": ("compute_inline", "dead_code_elimination", "operator_fusion"),
+    "layout_transformation": ("loop_vectorization", "loop_reorder", "loop_parallelization"),
+    "set_storage_layout": ("loop_vectorization",),
+    "precompute_indices": ("loop_vectorization",),
+    "exponential_split": ("multiplicative_split", "powsimp"),
+    "expand_factorization": ("collect", "cancellation", "factorization"),
+    "expand_cancellation": ("cancellation", "collect"),
+    "expand_collect": ("factorization", "cancellation"),
+    "expand_powsimp": ("multiplicative_split", "exponential_split"),
+    "expand_log": ("logsimp", "additive_split"),
+    "apart": ("additive_split", "collect"),
+    "together": ("cancellation",),
+    "normal_loop_max_to_prefix_max": ("online_softmax", "partially_equivalent_then_correct"),
+    "normal_loop_summation_on_exp_to_prefix_summation_on_exp": ("online_softmax",),
+    "partially_equivalent_then_correct": ("loop_fusion", "operator_fusion"),
+}
 
 
 def prompt(program: Program, signature: Signature, target: str = "llvm", task: str = TASK_SINGLE) -> str:
@@ -29,9 +88,128 @@ def prompt(program: Program, signature: Signature, target: str = "llvm", task: s
             f"The known tensors are {signature.describe()}.\n{task}")
 
 
-def think(t: Transformation, ctx: Context | None = None) -> str:
-    before_range, after_range = changed_nests(t.before, t.after)
-    lines = [f"Strategy: {t.strategy} ({t.level} level). {t.effect}".rstrip()]
+# --- weighing a step: the figures before and after -------------------------------------------------
+
+@dataclass(frozen=True)
+class Assessment:
+    """A step's figures where it acts, before and after, on its target; what improves and worsens."""
+
+    strategy: str
+    target: str
+    nests: range                     # the before-state's nests it changes
+    before: Figures
+    after: Figures
+    gains: tuple[str, ...]
+    losses: tuple[str, ...]
+    changes: tuple[str, ...]         # "parallel extent 1 -> 4", in GAINS order
+
+
+@lru_cache(maxsize=8192)
+def _figures(program: Program, start: int, stop: int, target: str) -> Figures:
+    return figures(program, range(start, stop), target)
+
+
+def assess(t: Transformation, target: str) -> Assessment:
+    b_range, a_range = changed_nests(t.before, t.after)
+    before = _figures(t.before, b_range.start, b_range.stop, target)
+    after = _figures(t.after, a_range.start, a_range.stop, target)
+    gains, losses, changes = [], [], []
+    for key, b, a, text in _compared(before, after, target):
+        if b == a:
+            continue
+        better = a > b if key in ("parallel", "vector", "unroll") else a < b
+        (gains if better else losses).append(key)
+        changes.append(text)
+    return Assessment(t.strategy, target, b_range, before, after, tuple(gains), tuple(losses), tuple(changes))
+
+
+def _compared(before: Figures, after: Figures, target: str):
+    """(key, before value, after value, phrase) per figure, in GAINS order."""
+    mb, ma = before.main, after.main
+    unit = "cores" if target == "llvm" else "threads"
+    if mb and ma:
+        yield "parallel", mb.parallel, ma.parallel, f"parallel extent {mb.parallel} -> {ma.parallel} {unit}"
+        yield "vector", mb.vector, ma.vector, f"vector width {mb.vector} -> {ma.vector} lanes"
+        yield ("chain", int(mb.chain), int(ma.chain),
+               f"dependent-update chain in the innermost loop: {_yes(mb.chain)} -> {_yes(ma.chain)}")
+    yield "calls", before.calls, after.calls, f"transcendental calls {before.calls:,} -> {after.calls:,}"
+    yield "ops", before.ops, after.ops, f"arithmetic operations {before.ops:,} -> {after.ops:,}"
+    yield "passes", before.nests, after.nests, f"passes (nests) {before.nests} -> {after.nests}"
+    yield "traffic", before.traffic, after.traffic, f"bytes moved as written {before.traffic:,} -> {after.traffic:,}"
+    if mb and ma:
+        yield ("stride", mb.strided, ma.strided,
+               f"strided or gathered accesses in the innermost loop {mb.strided} -> {ma.strided}")
+        db, da = _distance(mb), _distance(ma)
+        if db is not None and da is not None:
+            yield "distance", db, da, f"largest reuse distance {db:,} -> {da:,} bytes"
+        yield "unroll", mb.unrolled, ma.unrolled, f"unrolled iterations {mb.unrolled} -> {ma.unrolled}"
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _distance(s: StatementCost) -> int | None:
+    known = [r.distance for r in s.reuse if r.distance is not None]
+    return max(known) if known else None
+
+
+# --- the state: every legal step, so that each CoT can weigh the others -----------------------------
+
+@dataclass(frozen=True)
+class StateSteps:
+    """The legal steps of one program state (in enumeration order) with their assessments."""
+
+    steps: tuple[Transformation, ...]
+    assessments: tuple[Assessment, ...]
+
+    def index(self, t: Transformation) -> int | None:
+        return next((i for i, s in enumerate(self.steps) if s is t), None)
+
+
+def state_steps(steps: list[tuple[Transformation, str]]) -> StateSteps:
+    """`steps`: (transformation, the target it was enumerated for), of one program state."""
+    return StateSteps(tuple(t for t, _ in steps), tuple(assess(t, target) for t, target in steps))
+
+
+def enabled_next(t: Transformation, ctx: Context) -> list[str]:
+    """The steps of ENABLES[t.strategy] that are legal at the nests `t` changed in its result and
+    were not legal at those nests before, on the same target."""
+    from strategies.registry import get
+
+    b_range, a_range = changed_nests(t.before, t.after)
+    out = []
+    for name in ENABLES.get(t.strategy, ()):
+        strategy = get(name)
+        if strategy.context_for(ctx).target != ctx.target:
+            continue  # a move of another target is not a next step here
+        after_ctx = ctx.with_program(t.after)
+        if _legal_at(strategy, after_ctx, a_range) and not _legal_at(strategy, ctx, b_range):
+            out.append(name)
+    return out
+
+
+def _legal_at(strategy, ctx: Context, nests: range) -> bool:
+    return any(strategy.apply(ctx, site, p) is not None
+               for site in strategy.sites(ctx) if site.nest in nests for p in strategy.parameters(ctx, site))
+
+
+# --- rendering -------------------------------------------------------------------------------------
+
+def think(t: Transformation, ctx: Context | None = None, state: StateSteps | None = None) -> str:
+    """The think text of `t`; `ctx` is the context it was enumerated in (its target; None: the CPU,
+    or the GPU for a GPU-only strategy), `state` every legal step of that state (the options)."""
+    target = ctx.target if ctx is not None else _default_target(t.strategy)
+    index = state.index(t) if state is not None else None
+    mine = state.assessments[index] if index is not None else assess(t, target)
+    lines = _now(mine, target)
+    if state is not None:
+        others = [a for i, a in enumerate(state.assessments) if i != index and a.target == target]
+        lines.extend(_options(others))
+        lines.append(_why(t, mine, others, ctx, target))
+    else:
+        lines.append(_why(t, mine, None, ctx, target))
+    lines.append(f"Strategy: {t.strategy} ({t.level} level). {t.effect}".rstrip())
     lines.append(f"Where: {t.site.describe()}.")
     if t.params:
         lines.append("Parameters: " + ", ".join(f"{k}={_param(v)}" for k, v in t.params.items()) + ".")
@@ -41,19 +219,179 @@ def think(t: Transformation, ctx: Context | None = None) -> str:
     if t.exactness == "reassociating":
         lines.append("Floating-point operations are reordered, so results agree within rounding, "
                      "not bit for bit.")
+    lines.append(f"Expected change on {DEVICE[target]}: "
+                 + ("; ".join(mine.changes) if mine.changes else "none of these figures") + ".")
+    before_range, after_range = changed_nests(t.before, t.after)
     lines.append("Before:" + _quote(t.before, before_range))
     lines.append("After:" + _quote(t.after, after_range))
     return "\n".join(lines)
 
 
-def answer(t: Transformation) -> str:
+def _default_target(strategy: str) -> str:
+    from strategies.registry import get
+
+    return "cuda" if get(strategy).needs_gpu else "llvm"
+
+
+def _nests_text(nests: range) -> str:
+    if len(nests) == 0:
+        return "no nest"
+    if len(nests) == 1:
+        return f"nest {nests.start + 1}"
+    return f"nests {nests.start + 1}-{nests.stop}"
+
+
+def _now(a: Assessment, target: str) -> list[str]:
+    f, m = a.before, a.before.main
+    where = _nests_text(a.nests)
+    if m is None:
+        return [f"Now: {where} holds no statement."]
+    loops = " ".join(f"{lp.var}({lp.extent}{'' if lp.kind == 'L' else ' ' + _KIND[lp.kind]})" for lp in m.loops)
+    what = (f"accumulates into {m.tensor} over {', '.join(m.reduction)}" if m.reduction
+            else f"writes each element of {m.tensor} once" if m.loops else f"writes {m.tensor}")
+    work = (" and ".join([plural(m.ops, "operation")] * bool(m.ops) + [plural(m.calls, "transcendental call")]
+                         * bool(m.calls)) or "a plain copy")
+    verb = "run" if len(a.nests) > 1 else "runs"
+    head = (f"Now: {where} {verb + ' ' + loops if loops else 'has no loop'}; its "
+            f"{'main ' if len(f.statements) > 1 else ''}statement {what}: {m.executions:,} execution"
+            f"{'' if m.executions == 1 else 's'} of {work}, each loading {m.loaded} bytes and storing {m.stored}")
+    if len(f.statements) > 1:
+        head += (f" ({len(f.statements)} statements in all: {f.ops:,} operations, {f.calls:,} transcendental calls, "
+                 f"{f.traffic:,} bytes moved as written)")
+    return [head + ".", _schedule(m, target), _reuse(m)]
+
+
+_KIND = {"P": "parallel", "V": "vectorized", "U": "unrolled", "B": "bound"}
+
+
+def _schedule(m: StatementCost, target: str) -> str:
+    parts = []
+    if target == "llvm":
+        if m.parallel > 1:
+            parts.append(f"{m.parallel_loops[0]} runs its {m.parallel} iterations in parallel")
+        else:
+            bound = [lp.var for lp in m.loops if lp.kind == "B"]
+            parts.append("no loop runs in parallel" + (f" ({', '.join(bound)} is a GPU binding, serial on a CPU)"
+                                                       if bound else ""))
+        parts.append(f"the innermost loop runs as {m.vector} vector lanes" if m.vector > 1 else "no loop is vectorized")
+    else:
+        parts.append(f"{m.parallel} threads ({', '.join(m.parallel_loops)}) share the work" if m.parallel > 1
+                     else "one thread does all the work")
+    if m.loops:
+        inner = m.loops[-1].var
+        if m.chain:
+            parts.append(f"the innermost loop {inner} carries the reduction, so each update waits for the previous one")
+        strided = sorted({name for name, s in m.strides if s is None or s > 1})
+        if strided:
+            parts.append(f"{', '.join(strided)} {'is' if len(strided) == 1 else 'are'} walked along {inner} with a "
+                         "stride or a gather")
+        else:
+            parts.append(f"every access walks {inner} contiguously or stays in a register")
+    return f"On {DEVICE[target]}: " + "; ".join(parts) + "."
+
+
+def _reuse(m: StatementCost) -> str:
+    if not m.reuse:
+        return "Reuse: no element is read twice by this statement."
+    parts = []
+    for r in m.reuse[:3]:
+        apart = f", {r.distance:,} bytes apart" if r.distance is not None else ""
+        parts.append(f"each element of {r.tensor} is read {r.times:,} times (across {', '.join(r.loops)}){apart}")
+    return "Reuse: " + "; ".join(parts) + "."
+
+
+def _options(others: list[Assessment]) -> list[str]:
+    if not others:
+        return ["Options: no other step is legal at this state."]
+    counts = Counter(a.strategy for a in others)
+    names = list(dict.fromkeys(a.strategy for a in others))
+    listed = ", ".join(f"{n} x{counts[n]}" if counts[n] > 1 else n for n in names)
+    lines = [f"Options: {plural(len(others), 'other legal step')} here ({listed})."]
+    groups = []
+    for key, verb in GAINS:
+        by = list(dict.fromkeys(a.strategy for a in others if key in a.gains))
+        if by:
+            groups.append(f"{', '.join(by)} {_verb_plural(verb, len(by))}")
+    neutral = [n for n in names if not any(a.gains for a in others if a.strategy == n)]
+    if neutral:
+        groups.append(f"{', '.join(neutral)} improve{'s' if len(neutral) == 1 else ''} no figure by "
+                      f"{'itself' if len(neutral) == 1 else 'themselves'}")
+    lines.append("By the figures: " + "; ".join(groups) + ".")
+    return lines
+
+
+def _verb_plural(verb: str, n: int) -> str:
+    """`raises ...` for one strategy, `raise ...` for several."""
+    if n == 1:
+        return verb
+    first, _, rest = verb.partition(" ")
+    return (first[:-2] if first.endswith("shes") else first[:-1]) + " " + rest
+
+
+def _why(t: Transformation, mine: Assessment, others: list[Assessment] | None, ctx: Context | None,
+         target: str) -> str:
+    device = DEVICE[target]
+    cost = f", at the cost of {_and([_LOSS[k] for k in mine.losses])}" if mine.losses else ""
+    if mine.gains:
+        verbs = [verb for key, verb in GAINS if key in mine.gains]
+        text = f"Why {t.strategy}: on {device} it {_and(verbs)}{cost}"
+        if others is not None:
+            text += _rivals(t, mine, others)
+        return text + "."
+    text = f"Why {t.strategy}: by itself it improves none of these figures on {device}{cost}"
+    nexts = enabled_next(t, ctx) if ctx is not None else []
+    if nexts:
+        return text + f"; it makes {_and(nexts)} legal at the {_nests_text(changed_nests(t.before, t.after)[1])} next."
+    return text + "; it changes the program's form, as the effect below says, for later steps to use."
+
+
+def _rivals(t: Transformation, mine: Assessment, others: list[Assessment]) -> str:
+    """How the other options compare on this step's first gain."""
+    key = next(k for k, _ in GAINS if k in mine.gains)
+    rivals = [a for a in others if key in a.gains and a.strategy != t.strategy]
+    if not rivals:
+        return "; no other kind of step here improves that figure"
+    better = (lambda x, y: x > y) if key in ("parallel", "vector", "unroll") else (lambda x, y: x < y)
+    best = rivals[0]
+    for a in rivals[1:]:
+        if better(_after(a, key), _after(best, key)):
+            best = a
+    names = _and(list(dict.fromkeys(a.strategy for a in rivals)))
+    if better(_after(best, key), _after(mine, key)):
+        return (f"; {names} also {'improve' if ' and ' in names else 'improves'} it, {best.strategy} further "
+                f"({_after(best, key):,} against {_after(mine, key):,} here)")
+    return f"; {names} also {'improve' if ' and ' in names else 'improves'} it, none further than this step"
+
+
+def _after(a: Assessment, key: str) -> int:
+    """The figure `key` after the step (as `_compared` reads it)."""
+    m = a.after.main
+    if key in ("parallel", "vector", "unroll", "stride", "chain", "distance") and m is None:
+        return 0
+    return {"parallel": lambda: m.parallel, "vector": lambda: m.vector, "unroll": lambda: m.unrolled,
+            "stride": lambda: m.strided, "chain": lambda: int(m.chain), "distance": lambda: _distance(m) or 0,
+            "calls": lambda: a.after.calls, "ops": lambda: a.after.ops, "passes": lambda: a.after.nests,
+            "traffic": lambda: a.after.traffic}[key]()
+
+
+_LOSS = {"parallel": "parallel extent", "vector": "vector lanes", "chain": "a dependent-update chain",
+         "calls": "more transcendental calls", "ops": "more arithmetic", "passes": "an extra pass",
+         "traffic": "more bytes moved", "stride": "more strided accesses", "distance": "a longer reuse distance",
+         "unroll": "fewer unrolled iterations"}
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def answer(t: Transformation, ctx: Context | None = None, state: StateSteps | None = None) -> str:
     body = json.dumps({"transformed_IR": t.after_text, "applied_strategy": t.strategy}, ensure_ascii=False)
-    return f"<think>{think(t)}</think><answer>{body}</answer>"
+    return f"<think>{think(t, ctx, state)}</think><answer>{body}</answer>"
 
 
-def multi_answer(ts: list[Transformation]) -> str:
+def multi_answer(ts: list[Transformation], ctx: Context | None = None) -> str:
     """A multi-answer sample: one think block, a list of {"idx", "transformed_IR", "applied_strategy"}."""
-    thoughts = "\n\n".join(f"Option {i + 1}:\n{think(t)}" for i, t in enumerate(ts))
+    thoughts = "\n\n".join(f"Option {i + 1}:\n{think(t, ctx)}" for i, t in enumerate(ts))
     items = [{"idx": i + 1, "transformed_IR": t.after_text, "applied_strategy": t.strategy} for i, t in enumerate(ts)]
     return f"<think>{thoughts}</think><answer>{json.dumps(items, ensure_ascii=False)}</answer>"
 
@@ -93,3 +431,68 @@ def combine_answers(answers: list[str]) -> str:
         thoughts.append(f"Option {i}:\n{think_text}")
         items.append({"idx": i, "transformed_IR": body["transformed_IR"], "applied_strategy": body["applied_strategy"]})
     return f"<think>{chr(10).join(thoughts)}</think><answer>{json.dumps(items, ensure_ascii=False)}</answer>"
+
+
+# --- templates: how many distinct CoTs a strategy has once numbers and names are abstracted ----------
+
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*(?:e[+-]?\d+)?")
+_OPTION = re.compile(r"^Option \d+:$", re.M)
+
+
+def thoughts(answer_text: str, strategies: list[str]) -> list[tuple[str, str]]:
+    """(strategy, think text) per option of a released answer (one for a single-answer sample)."""
+    text, _ = split_answer(answer_text)
+    parts = [p.strip("\n") for p in _OPTION.split(text)] if len(strategies) > 1 else [text]
+    parts = [p for p in parts if p]
+    return list(zip(strategies, parts, strict=False))
+
+
+def template(think_text: str) -> str:
+    """The think text with the quoted nests dropped, every LEIR superscript and subscript removed,
+    the quoted programs' tensor and loop names replaced by `<name>` and numbers by `N`."""
+    from leir.analysis import iter_nests, tensor_order
+    from leir.errors import LeirError
+    from leir.parse import parse_program
+
+    names: set[str] = set()
+    kept = []
+    for line in think_text.splitlines():
+        if line.startswith("  nest ") and ": " in line:
+            try:
+                program = parse_program(line.split(": ", 1)[1])
+            except (LeirError, ValueError):
+                continue
+            names.update(tensor_order(program))
+            names.update(lp.var for nest, _ in iter_nests(program) for lp in nest.loops)
+            continue
+        kept.append(line)
+    text = _without_scripts("\n".join(kept))
+    if names:
+        words = "|".join(re.escape(n) for n in sorted(names, key=lambda n: (-len(n), n)))
+        text = re.sub(rf"\b(?:{words})\b", "<name>", text)
+    return _NUMBER.sub("N", text)
+
+
+def _without_scripts(text: str) -> str:
+    """`text` without the `^{...}` and `_{...}` groups of LEIR accesses (braces balanced)."""
+    out, i = [], 0
+    while i < len(text):
+        if text.startswith(("^{", "_{"), i):
+            depth, i = 1, i + 2
+            while i < len(text) and depth:
+                depth += {"{": 1, "}": -1}.get(text[i], 0)
+                i += 1
+            continue
+        out.append(text[i])
+        i += 1
+    return "".join(out)
+
+
+def template_counts(rows: list[tuple[str, str]]) -> dict[str, dict[str, int]]:
+    """{strategy: {"cots", "templates"}} over (strategy, think text) pairs, strategies sorted."""
+    seen: dict[str, set[str]] = {}
+    cots: Counter = Counter()
+    for strategy, text in rows:
+        seen.setdefault(strategy, set()).add(template(text))
+        cots[strategy] += 1
+    return {s: {"cots": cots[s], "templates": len(seen[s])} for s in sorted(seen)}

@@ -235,5 +235,6 @@ def factored_facts(r: Factored) -> tuple[str, ...]:
 
 def factored_effect(r: Factored) -> str:
     lp, f = r.loop, r.factor
-    return (f"The reduction over {lp.var} ({lp.extent}) is factored into {f} independent partial "
-            f"reductions of {lp.extent // f} terms ({r.part}), which can run in parallel, then combined.")
+    return (f"The reduction over {lp.var} ({lp.extent}) is factored into {f} partial reductions of "
+            f"{lp.extent // f} terms ({r.part}), then combined: {f} independent accumulation chains instead of "
+            f"one, over a loop {lp.var} that stays serial until a later step schedules it.")

@@ -96,6 +96,95 @@ def test_search_stage_links_trajectories_to_their_steps(tiny_lake):
     assert all(r["metaschedule_us"] is None for r in refs)  # the tiny profile skips tuning (metaschedule_trials: 0)
 
 
+# --- the released CoTs (issue 25): no claim the step does not bring on the prompt's target ------------
+
+PARALLEL_CLAIMS = ("run in parallel", "runs in parallel", "separate cores", "at once")
+MEMORY_CLAIMS = ("fast memory", "on chip", "on-chip", "shared by a block")
+
+
+def released_cots(root: Path) -> list[dict]:
+    """One row per option of every released sample: strategy, target, think text, the step's params."""
+    from flows.storage import read_table
+    from strategies.cot import thoughts
+
+    steps = {r["step_id"]: r for r in read_table(root / "lake", "steps").to_pylist()}
+    rows = []
+    for sample in read_table(root / "lake", "samples").to_pylist():
+        target = "cuda" if "a GPU (CUDA)" in sample["prompt"].splitlines()[0] else "llvm"
+        ids = json.loads(sample["step_ids"])
+        for step_id, (strategy, text) in zip(ids, thoughts(sample["answer"], json.loads(sample["strategies"])),
+                                             strict=True):
+            rows.append({"strategy": strategy, "target": target, "think": text,
+                         "params": json.loads(steps[step_id]["params"])})
+    return rows
+
+
+def parallel_loops(think: str, part: str, target: str) -> int:
+    """Loops of the quoted nests after `part` ("Before:"/"After:") that run in parallel on `target`:
+    P loops not inside another P on the CPU, B loops on the GPU."""
+    from leir.analysis import iter_nests
+    from leir.parse import parse_program
+
+    lines = think.splitlines()
+    start = lines.index(part) if part in lines else next(i for i, x in enumerate(lines) if x.startswith(part))
+    count = 0
+    for line in lines[start + 1:]:
+        if not line.startswith("  nest "):
+            break
+        for nest, outer in iter_nests(parse_program(line.split(": ", 1)[1])):
+            for k, lp in enumerate(nest.loops):
+                inside_p = any(x.kind == "P" for x in outer + nest.loops[:k])
+                count += lp.kind == "B" if target == "cuda" else (lp.kind == "P" and not inside_p)
+    return count
+
+
+def claims_parallelism(line: str) -> bool:
+    """A line that says the step makes work run in parallel (a raised parallel extent included)."""
+    import re
+
+    low = line.lower()
+    raised = [(int(a), int(b)) for a, b in re.findall(r"parallel extent (\d+) -> (\d+)", low)]
+    return any(c in low for c in PARALLEL_CLAIMS) or "raises the parallel extent" in low or any(b > a for a, b in raised)
+
+
+def test_no_released_cot_claims_parallelism_its_loops_do_not_have(tiny_lake):
+    root, _ = tiny_lake
+    checked = 0
+    for row in released_cots(root):
+        claims = [x for x in row["think"].splitlines() if x.startswith(("Why ", "Strategy: ", "Expected change"))]
+        before = parallel_loops(row["think"], "Before:", row["target"])
+        after = parallel_loops(row["think"], "After:", row["target"])
+        if any(claims_parallelism(x) for x in claims):
+            assert after > before, row["think"]
+            checked += 1
+        elif row["strategy"] == "reduction_factorization":
+            assert after <= before  # partials in serial loops: no claim, and none due
+    assert checked > 0  # loop_parallelization steps are released on the tiny profile
+
+
+def test_no_released_cot_claims_a_memory_benefit_of_a_scope_on_the_cpu(tiny_lake):
+    root, _ = tiny_lake
+    rows = released_cots(root)
+    for row in rows:
+        scoped = row["strategy"] == "set_storage_scope" or (row["strategy"] == "cache_read_write"
+                                                            and "read" in row["params"])
+        if row["target"] == "llvm" and scoped:
+            assert not any(c in row["think"].lower() for c in MEMORY_CLAIMS), row["think"]
+            assert "no memory benefit" in row["think"] or "register" in row["think"], row["think"]
+    assert all(x["think"].startswith("Now: ") for x in rows)  # every released CoT reasons before the step
+
+
+def test_the_cot_template_report_counts_the_released_cots(tiny_lake):
+    root, _ = tiny_lake
+    report = json.loads((root / "reports" / "cot_templates.json").read_text())
+    rows = released_cots(root)
+    assert report["cots"] == len(rows) and report["cots"] == sum(v["cots"] for v in report["strategies"].values())
+    assert len(report["strategies"]) == 43
+    assert all(min(v["cots"], 1) <= v["templates"] <= v["cots"] for v in report["strategies"].values())
+    summary = json.loads((root / "reports" / "summary.json").read_text())
+    assert summary["cot_templates_median"] == report["median_templates"]
+
+
 def test_rerun_reuses_finished_work_and_changes_nothing(tiny_lake):
     root, _ = tiny_lake
     before = table_bytes(root / "lake")

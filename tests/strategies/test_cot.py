@@ -1,14 +1,16 @@
 """Every strategy's chain of thought states what the published answers must: where the step applies
 (the site), the parameters chosen, and the legality facts that were checked, for this program. One
 case per strategy, on a small program where it applies; the first transformation's think text is
-checked line by line for the site, the parameters and the facts named here."""
+checked line by line for the site, the parameters and the facts named here. The reasoning before the
+step (issue 25): what the program costs now, the other legal steps of the state, why this one, and
+the figures it changes, never a claim the target does not bear out."""
 from __future__ import annotations
 
 import pytest
 from strategy_cases import ctx, sig
 
-from strategies.cot import answer, think
-from strategies.registry import ALL_NAMES, get
+from strategies.cot import answer, combine_answers, state_steps, template, template_counts, think, thoughts
+from strategies.registry import ALL_NAMES, get, registered
 
 S2 = sig(("A", [4, 8], "float64", "input"), ("C", [4, 8], "float64", "output"))
 M_SIG = sig(("A", [4, 6], "float64", "input"), ("C", [6, 8], "float64", "input"), ("D", [4, 8], "float64", "output"))
@@ -213,17 +215,145 @@ def test_the_chain_of_thought_states_the_site_parameters_and_legality_facts(name
     text, signature, target, where, parameters, facts = CASES[name]
     strategy = get(name)
     t = next(strategy.transformations(ctx(text, signature, target)))
-    lines = think(t).splitlines()
-    assert lines[0].startswith(f"Strategy: {name} ({strategy.level} level). ") and lines[0].endswith(t.effect)
-    assert lines[1] == f"Where: {where}."
+    lines = think(t, ctx(text, signature, target)).splitlines()
+    k = next(i for i, line in enumerate(lines) if line.startswith("Strategy: "))
+    assert lines[k].startswith(f"Strategy: {name} ({strategy.level} level). ") and lines[k].endswith(t.effect)
+    assert lines[k + 1] == f"Where: {where}."
     assert t.site.describe() == where
     if parameters is None:
         assert not t.params and not any(line.startswith("Parameters:") for line in lines)
     else:
-        assert lines[2] == f"Parameters: {parameters}."
+        assert lines[k + 2] == f"Parameters: {parameters}."
     checked = lines[lines.index("Legality checked:") + 1:]
     for fact in facts:
         assert f"- {fact}" in checked, fact
     assert [f"- {fact}" for fact in t.facts] == checked[:len(t.facts)]  # every fact checked is stated
     assert (REASSOCIATING in lines) == (t.exactness == "reassociating")
     assert answer(t).startswith(f"<think>{think(t)}</think><answer>")
+
+
+@pytest.mark.parametrize("name", ALL_NAMES)
+def test_the_reasoning_comes_before_the_step_and_follows_the_target(name):
+    text, signature, target, *_ = CASES[name]
+    c = ctx(text, signature, target)
+    t = next(get(name).transformations(c))
+    lines = think(t, c).splitlines()
+    device = "the GPU" if target == "cuda" else "the CPU"
+    k = next(i for i, line in enumerate(lines) if line.startswith("Strategy: "))
+    assert lines[0].startswith("Now: ") and lines[1].startswith(f"On {device}: ")
+    assert lines[2].startswith("Reuse: ") and lines[k - 1].startswith(f"Why {name}: ")
+    assert any(line.startswith(f"Expected change on {device}: ") for line in lines[k:])
+
+
+def state(program: str, signature, target: str = "llvm"):
+    """Every legal step of one state (as the transform stage enumerates them) and its StateSteps."""
+    c = ctx(program, signature, target)
+    found = []
+    for s in registered():
+        at = s.context_for(c)
+        found.extend((t, at) for t in s.transformations(at, limit=4, per_site=2))
+    return found, state_steps([(t, at.target) for t, at in found])
+
+
+def test_each_cot_weighs_the_other_legal_steps_of_its_state():
+    found, steps = state(MM, M_SIG)
+    t, at = next((t, at) for t, at in found if t.strategy == "loop_parallelization")
+    lines = think(t, at, steps).splitlines()
+    options = next(line for line in lines if line.startswith("Options: "))
+    others = [s.strategy for s, a in found if s is not t and a.target == "llvm"]
+    assert options.startswith(f"Options: {len(others)} other legal steps here (")
+    assert "loop_binding" not in options  # a GPU-only move is no option on a CPU program
+    weighed = next(line for line in lines if line.startswith("By the figures: "))
+    assert "loop_reorder takes the dependent-update chain out of the innermost loop" in weighed
+    assert lines[lines.index(weighed) + 1] == ("Why loop_parallelization: on the CPU it raises the parallel extent; "
+                                               "no other kind of step here improves that figure.")
+    assert "Expected change on the CPU: parallel extent 1 -> 4 cores." in lines
+
+
+def test_the_cost_now_follows_the_program():
+    mm = think(next(get("loop_split").transformations(ctx(MM, M_SIG))), ctx(MM, M_SIG)).splitlines()
+    assert mm[0] == ("Now: nest 1 runs tx(4 bound) a(8) c(6); its statement accumulates into D over c: 192 "
+                     "executions of 2 operations, each loading 24 bytes and storing 8.")
+    assert "the innermost loop c carries the reduction" in mm[1] and "tx is a GPU binding, serial on a CPU" in mm[1]
+    assert mm[2] == ("Reuse: each element of A is read 8 times (across a), 104 bytes apart; each element of C is "
+                     "read 4 times (across tx), 496 bytes apart.")
+    ew = think(next(get("loop_split").transformations(ctx(TWO, S2))), ctx(TWO, S2)).splitlines()
+    assert "writes each element of D once" in ew[0] and "carries the reduction" not in ew[1]
+    assert ew[2] == "Reuse: no element is read twice by this statement."
+
+
+def test_a_step_that_improves_no_figure_says_what_it_enables():
+    big = "B^{4}_{tx=0}L^{128}_{a=0}[C^{f64,g}_{tx,a}=exp(A^{f64,g}_{tx,a});];"
+    signature = sig(("A", [4, 128], "float64", "input"), ("C", [4, 128], "float64", "output"))
+    c = ctx(big, signature)
+    t = next(t for t in get("loop_split").transformations(c) if t.params == {"factor": 16})
+    why = next(line for line in think(t, c).splitlines() if line.startswith("Why "))
+    # the inner 16 iterations can be unrolled (at most 16), the 128 could not
+    assert why == ("Why loop_split: by itself it improves none of these figures on the CPU; it makes loop_unrolling "
+                   "legal at the nest 1 next.")
+
+
+def test_no_parallel_claim_for_partials_in_serial_loops():
+    """reduction_factorization's partials stay in serial loops (on a GPU, inside each thread): no CoT says
+    they run in parallel; the figures show the chain broken and the parallel extent unchanged."""
+    c = ctx(MM, M_SIG, "cuda")
+    for t in get("reduction_factorization").transformations(c):
+        text = think(t, c)
+        assert not any(claim in text.lower() for claim in PARALLEL_CLAIMS), text
+        assert "parallel extent" not in next(line for line in text.splitlines() if line.startswith("Expected change"))
+
+
+def test_no_memory_benefit_claimed_for_a_scope_on_the_cpu():
+    for program, signature, name in ((ONE, S2, "set_storage_scope"), (MM, M_SIG, "cache_read_write")):
+        c = ctx(program, signature)
+        ts = [t for t in get(name).transformations(c) if name != "cache_read_write" or "read" in t.params]
+        assert ts
+        for t in ts:
+            text = think(t, c)
+            assert not any(claim in text.lower() for claim in MEMORY_CLAIMS), text
+            assert "no memory benefit" in t.effect, t.effect
+    gpu = ctx(ONE, S2, "cuda")
+    assert any("on chip" in t.effect for t in get("set_storage_scope").transformations(gpu))
+
+
+# What a CoT may not say where the figures do not bear it out (also checked over a built lake, tests/flows).
+PARALLEL_CLAIMS = ("run in parallel", "runs in parallel", "on separate cores", "at once")
+MEMORY_CLAIMS = ("fast memory", "on chip", "on-chip", "cuts the bytes moved")
+
+
+def test_templates_abstract_numbers_and_names_but_keep_the_reasoning():
+    a = think(next(get("loop_split").transformations(ctx(MM, M_SIG))))
+    other = MM.replace("{8}", "{16}").replace("D^", "E^").replace("{6}", "{12}")
+    b_sig = sig(("A", [4, 12], "float64", "input"), ("C", [12, 16], "float64", "input"),
+                ("E", [4, 16], "float64", "output"))
+    b = think(next(get("loop_split").transformations(ctx(other, b_sig))))
+    assert a != b and template(a) == template(b)
+    assert "<name>" in template(a) and not any(ch.isdigit() for ch in template(a))
+    ew = think(next(get("loop_split").transformations(ctx(TWO, S2))))
+    assert template(ew) != template(a)  # an element-wise nest is reasoned about differently
+    counts = template_counts([("loop_split", a), ("loop_split", b), ("loop_split", ew)])
+    assert counts == {"loop_split": {"cots": 3, "templates": 2}}
+
+
+def test_thoughts_splits_a_multi_answer_sample_by_option():
+    ts = [next(get(n).transformations(ctx(MM, M_SIG))) for n in ("loop_split", "loop_reorder")]
+    combined = combine_answers([answer(t) for t in ts])
+    assert [(s, x) for s, x in thoughts(combined, ["loop_split", "loop_reorder"])] == [
+        ("loop_split", think(ts[0])), ("loop_reorder", think(ts[1]))]
+    assert thoughts(answer(ts[0]), ["loop_split"]) == [("loop_split", think(ts[0]))]
+
+
+def test_tiling_claims_cache_reuse_only_where_a_tensor_is_read_again():
+    mm = next(get("loop_tiling").transformations(ctx(MM, M_SIG)))
+    assert "A, C are read again across tx or a, and the data one tile touches stays in cache" in mm.effect
+    ew = next(get("loop_tiling").transformations(ctx(TWO, S2)))
+    assert "no tensor here is read again across tx or a, so the tiles bring no reuse by themselves" in ew.effect
+    assert "stays in cache" not in ew.effect
+
+
+def test_a_saving_is_promised_only_where_the_operation_count_drops():
+    costs_more = next(get("together").transformations(ctx(prog("A/C+C/A"), ALG)))
+    assert costs_more.effect.startswith("Here the rewritten form is not cheaper. The expression of D goes from "
+                                        "3 operations to 5")
+    saves = next(get("cancellation").transformations(ctx(prog("(A*A-C*C)/(A+C)"), ALG)))
+    assert saves.effect.startswith("Cancelling common factors of numerator and denominator removes work")

@@ -159,5 +159,5 @@ class FlashattentionWoTiling(Strategy):
     def _effect(self, att: Attention) -> str:
         n = att.pair.mx.red_loop.extent
         return (f"The probabilities ({n} per row) are never written to memory and the four passes "
-                f"become one loop over the {n} keys plus a final normalisation: {plural(3, 'pass')} over "
+                f"become one loop over the {n} keys plus a final normalisation: three passes over "
                 "the scores are saved.")

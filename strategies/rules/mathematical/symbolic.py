@@ -37,6 +37,8 @@ class SympyStrategy(Strategy):
     level = "mathematical"
     exactness = "reassociating"
     why = ""
+    # `why` promises fewer operations: where the count does not drop, it is not said (issue 25).
+    saves = False
     # Rational-function strategies see exp/log/erf/abs/max/min and fractional powers as opaque atoms:
     # factor() must not split exp(a-b) into exp(a)*exp(-b) (that is expand_powsimp's step).
     rational = True
@@ -118,7 +120,8 @@ class SympyStrategy(Strategy):
         n = iterations(st.loops)
         change = (f"saves {before - after} per element, {(before - after) * n} in all" if after < before else
                   f"costs {after - before} more per element" if after > before else "keeps the count")
-        return (f"{self.why} The expression of {st.stmt.lhs.tensor} goes from {plural(before, 'operation')} to "
+        why = self.why if after < before or not self.saves else "Here the rewritten form is not cheaper."
+        return (f"{why} The expression of {st.stmt.lhs.tensor} goes from {plural(before, 'operation')} to "
                 f"{after} per evaluation; it is evaluated {n} times, so this {change}.")
 
 
@@ -168,6 +171,7 @@ def _show(tr: Translated, e) -> str:
 class Factorization(SympyStrategy):
     name = "factorization"
     description = "Factor the expression (sympy.factor): common factors pulled out, polynomials factored."
+    saves = True
     why = "Factoring shares the common factors, so fewer multiplications are needed."
 
     def transform(self, tr, params):
@@ -208,6 +212,7 @@ class Cancellation(SympyStrategy):
     name = "cancellation"
     description = ("Write the expression as one fraction p/q with the common factors of p and q cancelled "
                    "(sympy.cancel).")
+    saves = True
     why = "Cancelling common factors of numerator and denominator removes work and one source of rounding."
 
     def transform(self, tr, params):
@@ -270,6 +275,7 @@ class Apart(SympyStrategy):
 class Together(SympyStrategy):
     name = "together"
     description = "Combine a sum of fractions over a common denominator (sympy.together)."
+    saves = True
     why = "Over one common denominator, several divisions become a single one."
 
     def transform(self, tr, params):
@@ -282,6 +288,7 @@ class Powsimp(SympyStrategy):
     name = "powsimp"
     description = ("Combine powers with a common base or exponent and products of exponentials "
                    "(sympy.powsimp, assumptions respected).")
+    saves = True
     why = "Combining powers and exponentials replaces several transcendental calls or multiplications by one."
     rational = False
 
@@ -337,6 +344,7 @@ class ExpandLog(SympyStrategy):
 class Logsimp(SympyStrategy):
     name = "logsimp"
     description = "Combine sums of logarithms into the logarithm of a product (the inverse of expand_log)."
+    saves = True
     why = "One logarithm of a product costs one transcendental call instead of several."
     rational = False
 
@@ -352,6 +360,7 @@ class Logsimp(SympyStrategy):
 class Collect(SympyStrategy):
     name = "collect"
     description = "Collect the terms of a sum by powers of one chosen access or index (sympy.collect)."
+    saves = True
     why = "Collecting a common factor multiplies by it once instead of once per term."
 
     def parameters(self, ctx, site):

@@ -103,7 +103,10 @@ def cache_read(ctx: Context, top: int, tensor: str, depth: int) -> Rewrite:
              f"{k.tensor} is local and no enclosing loop is parallel, so each iteration fills its own copy")
     effect = (f"For each iteration of {', '.join(lp.var for lp in outer)}, the {size} element"
               f"{'s' if size != 1 else ''} of {tensor} used below are copied once into local {k.tensor} and then "
-              f"read {factor} times each ({', '.join(lp.var for lp in reuse)} reuse them) from fast memory.")
+              f"read {factor} times each ({', '.join(lp.var for lp in reuse)} reuse them)"
+              + (" from fast memory." if ctx.gpu else f". On the CPU {k.tensor} is an ordinary buffer behind the same "
+                 f"caches as {tensor}, so the copy brings no memory benefit by itself; it stages the tile the way "
+                 "a GPU schedule would."))
     return Rewrite(program, facts, effect)
 
 

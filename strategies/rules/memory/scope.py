@@ -88,6 +88,13 @@ class SetStorageScope(Strategy):
         info = ctx.tensors[tensor]
         where = {"g": "global memory, visible to every kernel", "s": "shared memory, on chip, shared by a block",
                  "l": "local memory (registers), private to a thread"}[scope]
-        target = "" if ctx.gpu else " (on the CPU the scope only records the intent; the result is unchanged)"
-        return (f"The {math.prod(info.shape or ())} elements of {tensor} ({info.dtype}) move from "
-                f"{SCOPE_NAMES[info.scope]} to {where}{target}.")
+        size = math.prod(info.shape or ())
+        if ctx.gpu:
+            return f"The {size} elements of {tensor} ({info.dtype}) move from {SCOPE_NAMES[info.scope]} to {where}."
+        if scope == "l" and not info.shape:
+            return (f"{tensor} ({info.dtype}, one element) becomes local: on the CPU a local scalar is kept in a "
+                    "register instead of a memory buffer.")
+        return (f"The {size} elements of {tensor} ({info.dtype}) are marked {SCOPE_NAMES[scope]} instead of "
+                f"{SCOPE_NAMES[info.scope]}: a CPU has no separate shared or local memory, the buffer stays behind "
+                "the same caches, so the step brings no memory benefit there; it fixes where "
+                f"{tensor} lives when the program is compiled for a GPU.")

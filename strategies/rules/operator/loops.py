@@ -23,6 +23,7 @@ from strategies.analysis.legality import (
     keeps_relative_order,
     loop_carries_dependence,
     one_iteration_problem,
+    reads_without_self,
     same_traversal_problem,
 )
 from strategies.analysis.loops import (
@@ -246,9 +247,24 @@ class LoopTiling(LoopRule):
                           f"{a.var} would reorder the updates")
         facts = (f"{fa} divides {a.extent} and {fb} divides {b.extent}",) + reorder_facts(carry, old_order, new_order)
         effect = (f"The {a.extent}x{b.extent} iteration space of {a.var},{b.var} is walked in {fa}x{fb} tiles "
-                  f"({a.extent // fa}x{b.extent // fb} of them), so the data a tile touches stays in cache "
-                  "while it is reused.")
+                  f"({a.extent // fa}x{b.extent // fb} of them)" + _tile_reuse(nest, a, b))
         return in_band(ctx, site, Nest(tuple(loops), split.body), facts, effect)
+
+
+def _tile_reuse(nest: Nest, a: Loop, b: Loop) -> str:
+    """What the tiles do for reuse: the tensors read again across a or b stay in cache within a tile;
+    with none, the tiles bring no reuse by themselves (issue 25: no benefit the step does not bring)."""
+    reused = []
+    for stmt, _ in body_statements(nest):
+        for acc in reads_without_self(stmt):
+            used = {n.name for ix in acc.indices for n in walk_expr(ix) if isinstance(n, Var)}
+            if not {a.var, b.var} <= used and acc.tensor not in reused:
+                reused.append(acc.tensor)
+    if reused:
+        return (f": {', '.join(reused)} {'is' if len(reused) == 1 else 'are'} read again across {a.var} or {b.var}, "
+                "and the data one tile touches stays in cache while it is reused.")
+    return (f": no tensor here is read again across {a.var} or {b.var}, so the tiles bring no reuse by themselves; "
+            "their point loops are what a later step can unroll, vectorize or bind.")
 
 
 # --- loops of another kind: unrolled, parallel, vectorized, bound -------------------------------------------
@@ -321,7 +337,10 @@ class LoopParallelization(LoopRule):
                  f"no statement reads an element that another iteration of {loop.var} writes",
                  "no enclosing or enclosed loop is already parallel")
         effect = (f"The {loop.extent} iterations of {loop.var} are independent, each doing {work} inner "
-                  f"iteration{'s' if work != 1 else ''} of work, so they can run on separate cores.")
+                  f"iteration{'s' if work != 1 else ''} of work, so they can run on separate cores."
+                  if not ctx.gpu else
+                  f"{loop.var} is marked parallel: its {loop.extent} iterations are independent, but inside a CUDA "
+                  "kernel only bound loops are spread over threads, so on the GPU it stays serial in each thread.")
         return in_band(ctx, site, with_loop(nest, k, Loop("P", loop.extent, loop.var, loop.start)), facts, effect)
 
 
