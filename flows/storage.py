@@ -41,7 +41,10 @@ TABLES: dict[str, TableSpec] = {t.name: t for t in (
         ("shape_source", S), ("work", I64),
         # issue 18: the share of the dtype's tolerance that rounding alone moves the original's
         # outputs by, against its float64 reference (strategies.analysis.numerics.ROUNDING_SHARE_LIMIT)
-        ("rounding_share", F64))),
+        ("rounding_share", F64),
+        # issue 25: the target the program is written for (`llvm` or `cuda`, seeded by its identity, the
+        # profile's `gpu_share`): its steps are made, and its prompts asked, for that target only
+        ("target", S))),
     TableSpec("steps", ("step_id",), _schema(
         ("step_id", S), ("program_id", S), ("parent_step_id", S), ("depth", I64), ("strategy", S), ("level", S),
         ("site", S), ("params", S), ("before_leir", S), ("after_leir", S), ("after_program_id", S),

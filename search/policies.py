@@ -80,9 +80,7 @@ def _stride_one_innermost(t: Transformation) -> bool:
 def library_actions(ctx: Context, per_strategy: int = 12, per_site: int = 3) -> list[Action]:
     """Every legal action (capped), in prior order; ties keep the registry and site order."""
     out = []
-    for strategy in registered():
-        if ctx.target == "llvm" and strategy.name == "loop_binding":
-            continue  # thread binding is a plain loop on the CPU
+    for strategy in registered():  # a strategy not offered on the context's target yields nothing
         for t in strategy.transformations(ctx, limit=per_strategy, per_site=per_site):
             out.append(Action(t.strategy, dict(t.params), t.after, t.site.to_json(), prior(t), "library", t))
     order = sorted(range(len(out)), key=lambda i: (-out[i].prior, i))
