@@ -132,16 +132,16 @@ def assemble_samples(kept: pa.Table, programs: pa.Table, params, count_tokens=No
     samples = []
     for r in rows:
         samples.append(_sample(split_of[r["family"]], prompt_for(r), r["cot"], [r], count_tokens))
-    by_state: dict[str, list[dict]] = {}
+    by_state: dict[tuple[str, str], list[dict]] = {}  # (state, target): one target per prompt
     for r in sorted(rows, key=lambda r: rank(seed, "multi", r["step_id"])):
-        by_state.setdefault(r["before_leir"], []).append(r)
+        by_state.setdefault((r["before_leir"], target_of(r)), []).append(r)
     k, fraction, multi = int(f["multi_answer_k"]), float(f["multi_answer_fraction"]), 0
-    for state in sorted(by_state, key=lambda s: rank(seed, "state", s)):
-        if rank(seed, "pick", state) >= _threshold(fraction):
+    for state in sorted(by_state, key=lambda s: rank(seed, "state", *s)):
+        if rank(seed, "pick", *state) >= _threshold(fraction):
             continue
         chosen, seen = [], set()
         for r in by_state[state]:
-            if r["strategy"] not in seen:  # every state of a program has the program's target
+            if r["strategy"] not in seen:
                 chosen.append(r)
                 seen.add(r["strategy"])
             if len(chosen) == k:
