@@ -568,7 +568,7 @@ def release_flow(raw: dict, profile: str, lake: str, reports: str, version: str 
         return {"stage": "release", "refused": "the release gate did not pass; run the validate stage"}
     counters = json.loads((Path(reports) / "filter.json").read_text())
     inputs = (read_table(lake, "samples"), steps, params, gate, counters, read_table(lake, "programs"),
-              strategy_coverage(lake, steps), measured_inputs(lake, params, Path(reports)))
+              strategy_coverage(lake, steps, params.verify["target"]), measured_inputs(lake, params, Path(reports)))
     existing = lake / "releases" / f"v{version}"
     if not existing.exists():
         out = make_release(lake, version, *inputs)

@@ -67,6 +67,7 @@ def test_every_prompt_names_its_programs_target(tiny_lake):
     """Issue 25: one program of the tiny profile is written for the GPU, one for the CPU; every prompt
     about a program's states names that program's target, binding appears only on the GPU program and
     P or V loops only on the CPU one; the GPU program's steps are verified on the CPU (no GPU here)."""
+    from flows.reports import prompt_lines
     from flows.storage import read_table
 
     root, results = tiny_lake
@@ -82,10 +83,17 @@ def test_every_prompt_names_its_programs_target(tiny_lake):
         assert max(added["P"], added["V"]) <= 0 or target_of[s["program_id"]] == "llvm"
     assert {s["strategy"] for s in steps.values() if target_of[s["program_id"]] == "cuda"} >= {"loop_binding"}
     device = {"cuda": "will run on a GPU (CUDA):", "llvm": "will run on a CPU (LLVM):"}
+    lines_of: dict[str, set] = {}
     for sample in read_table(lake, "samples").to_pylist():
         programs = {steps[i]["program_id"] for i in json.loads(sample["step_ids"])}
         assert len(programs) == 1
-        assert sample["prompt"].split("\n")[0].endswith(device[target_of[programs.pop()]])
+        program = programs.pop()
+        assert sample["prompt"].split("\n")[0].endswith(device[target_of[program]])
+        lines = prompt_lines(sample["prompt"])
+        lines_of.setdefault(program, set()).add((lines["target"], lines["known tensors"]))
+    # the target and known-tensors lines are the program's: one per program, whatever the strategy, so
+    # they say nothing about the label that the program does not (issue 25)
+    assert len(lines_of) == 2 and all(len(lines) == 1 for lines in lines_of.values())
     verifications = read_table(lake, "verifications").to_pylist()
     assert {v["target"] for v in verifications} == {"llvm"} and len(verifications) == len(steps)
     verify = next(r for r in results if r["stage"] == "verify")
