@@ -90,3 +90,16 @@ def test_each_corruption_stops_the_release(params, kind, needle):
     report = check_release(*corrupt(kind), params)
     assert not report.success
     assert any(needle in f for f in report.failures), report.text()
+
+
+def test_a_copied_unit_binding_is_not_a_scheduled_unit_loop():
+    """A reduction split's combining nest keeps the original's `B^{1}_{tx=0}`: nothing new is
+    scheduled. Marking a loop of one iteration is still refused."""
+    from expectations.release_gate import adds_unit_scheduled_loop
+
+    before = "B^{1}_{tx=0}L^{8}_{a=0}[D^{f32,g}_{tx}=D^{f32,g}_{tx}+A^{f32,g}_{tx,a};];"
+    split = ("B^{1}_{tx=0}L^{2}_{c=0}L^{4}_{a=0}[E^{f32,g}_{tx,a}=E^{f32,g}_{tx,a}+A^{f32,g}_{tx,c*4+a};];"
+             "B^{1}_{tx=0}L^{4}_{a=0}[D^{f32,g}_{tx}=D^{f32,g}_{tx}+E^{f32,g}_{tx,a};];")
+    assert not adds_unit_scheduled_loop(before, split)
+    assert adds_unit_scheduled_loop(before, "B^{1}_{tx=0}L^{8}_{a=0}U^{1}_{c=0}"
+                                            "[D^{f32,g}_{tx}=D^{f32,g}_{tx}+A^{f32,g}_{tx,a+c};];")
