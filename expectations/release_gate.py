@@ -39,23 +39,22 @@ class GateReport:
 SCHEDULING_KINDS = ("P", "V", "U", "B")  # parallel, vectorised, unrolled, bound: meaningless on one iteration
 
 
-def unit_scheduled_loops(leir_text: str) -> list[tuple[str, str]]:
-    """(kind, index) of every loop of extent 1 the program marks parallel, vectorised, unrolled or
-    bound, sorted."""
+def unit_scheduled_loops(leir_text: str) -> set[tuple[str, str]]:
+    """The (kind, index) of the loops of extent 1 the program marks parallel, vectorised, unrolled or
+    bound."""
     from leir.analysis import iter_nests
     from leir.parse import parse_program
 
-    return sorted((lp.kind, lp.var) for nest, _ in iter_nests(parse_program(leir_text)) for lp in nest.loops
-                  if lp.extent == 1 and lp.kind in SCHEDULING_KINDS)
+    return {(lp.kind, lp.var) for nest, _ in iter_nests(parse_program(leir_text)) for lp in nest.loops
+            if lp.extent == 1 and lp.kind in SCHEDULING_KINDS}
 
 
 def adds_unit_scheduled_loop(before: str | None, after: str) -> bool:
-    """Whether a step parallelises, vectorises, unrolls or binds a loop of extent 1: the after-state
-    has such a loop of a kind and index the before-state has none of. Only loops the step schedules
-    count: an original binds the extent-1 batch loop of every nest itself (`B^{1}_{tx=0}`), and a step
-    that adds a nest (partial sums, a correction pass) copies that binding into it."""
-    inherited = set(unit_scheduled_loops(before)) if before else set()
-    return any(loop not in inherited for loop in unit_scheduled_loops(after))
+    """Whether a step parallelises, vectorises, unrolls or binds a loop of extent 1 (originals bind
+    the extent-1 loop of a 0-d result themselves: only loops the step adds count). A nest the step
+    adds with a copy of such a loop (the combining nest of a reduction split keeps the original's
+    `B^{1}_{tx=0}`) schedules nothing new: the same kind and index were there before."""
+    return bool(unit_scheduled_loops(after) - (unit_scheduled_loops(before) if before else set()))
 
 
 def derive_frames(samples: pd.DataFrame, steps: pd.DataFrame, producible: list[str]) -> dict[str, pd.DataFrame]:

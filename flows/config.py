@@ -25,6 +25,14 @@ class Params:
         return self.raw["profiles"][self.profile_name]
 
     @property
+    def gpu_share(self) -> float:
+        """The profile's share of original programs whose target is a GPU (`gpu_share`, 0 without it)."""
+        share = float(self.profile.get("gpu_share") or 0.0)
+        if not 0.0 <= share <= 1.0:
+            raise ValueError(f"profile {self.profile_name!r}: gpu_share must lie in [0, 1], got {share}")
+        return share
+
+    @property
     def verify(self) -> dict:
         return self.raw["verify"]
 

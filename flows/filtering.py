@@ -70,8 +70,11 @@ def select_steps(programs: pa.Table, steps: pa.Table, verifications: pa.Table,
         JOIN programs p USING (program_id) JOIN ranks r USING (step_id)
         JOIN verifications v ON v.step_id = s.step_id AND v.target = '{target}'""")
     counters.append(Counter("has a verification", steps.num_rows, count("v")))
-    run("""CREATE TEMP TABLE ok AS SELECT * FROM v
-        WHERE status = 'exact' OR (status = 'close' AND exactness = 'reassociating')""")
+    # A step of a GPU program verified on CUDA too (a GPU was present) must pass there as well.
+    run(f"""CREATE TEMP TABLE ok AS SELECT * FROM v
+        WHERE (status = 'exact' OR (status = 'close' AND exactness = 'reassociating'))
+        AND NOT EXISTS (SELECT 1 FROM verifications c WHERE c.step_id = v.step_id AND c.target <> '{target}'
+                        AND NOT (c.status = 'exact' OR (c.status = 'close' AND v.exactness = 'reassociating')))""")
     counters.append(Counter("verified (exact; close only for reassociating strategies)", count("v"), count("ok")))
     # Where several steps give the same result, keep the one of the rarest strategy (then the seeded
     # rank): an identity two strategies share stays labelled, and rare strategies are not lost.
@@ -106,17 +109,17 @@ def assemble_samples(kept: pa.Table, programs: pa.Table, params, count_tokens=No
     from leir.parse import parse_program
     from leir.signature import Signature
     from strategies.cot import TASK_MULTI, combine_answers, prompt
-    from strategies.registry import get
 
-    f, seed, target = params.filter, params.seed, params.verify["target"]
+    f, seed = params.filter, params.seed
     count_tokens = count_tokens or (lambda text: None)
     sigs = {r["program_id"]: r["signature"] for r in programs.select(["program_id", "signature"]).to_pylist()}
+    targets = program_targets(programs, params.verify["target"])
     rows = kept.to_pylist()
     split_of = split_families([r["family"] for r in programs.to_pylist()], seed, float(f["test_fraction"]))
     prompts: dict[tuple[str, str], str] = {}
 
-    def target_of(row) -> str:  # a GPU-only strategy's step is asked for a GPU (its CoT says so)
-        return "cuda" if get(row["strategy"]).needs_gpu else target
+    def target_of(row) -> str:  # the program's target, whatever the strategy (issue 25)
+        return targets[row["program_id"]]
 
     def prompt_for(row, task=None):
         key = (row["before_leir"], task or "", target_of(row))
@@ -129,16 +132,16 @@ def assemble_samples(kept: pa.Table, programs: pa.Table, params, count_tokens=No
     samples = []
     for r in rows:
         samples.append(_sample(split_of[r["family"]], prompt_for(r), r["cot"], [r], count_tokens))
-    by_state: dict[str, list[dict]] = {}
+    by_state: dict[tuple[str, str], list[dict]] = {}  # (state, target): one target per prompt
     for r in sorted(rows, key=lambda r: rank(seed, "multi", r["step_id"])):
-        by_state.setdefault(r["before_leir"], []).append(r)
+        by_state.setdefault((r["before_leir"], target_of(r)), []).append(r)
     k, fraction, multi = int(f["multi_answer_k"]), float(f["multi_answer_fraction"]), 0
-    for state in sorted(by_state, key=lambda s: rank(seed, "state", s)):
-        if rank(seed, "pick", state) >= _threshold(fraction):
+    for state in sorted(by_state, key=lambda s: rank(seed, "state", *s)):
+        if rank(seed, "pick", *state) >= _threshold(fraction):
             continue
         chosen, seen = [], set()
         for r in by_state[state]:
-            if r["strategy"] not in seen and target_of(r) == target:  # one target per prompt
+            if r["strategy"] not in seen:
                 chosen.append(r)
                 seen.add(r["strategy"])
             if len(chosen) == k:
@@ -151,6 +154,13 @@ def assemble_samples(kept: pa.Table, programs: pa.Table, params, count_tokens=No
     counters = [Counter("single-answer samples", len(rows), len(rows)),
                 Counter("multi-answer samples (program states with k distinct strategies)", len(by_state), multi)]
     return sorted(samples, key=lambda s: s["sample_id"]), counters
+
+
+def program_targets(programs: pa.Table, default: str) -> dict[str, str]:
+    """program_id -> the program's target (`llvm` or `cuda`); `default` for a lake made before programs
+    had one (no `target` column, or a null)."""
+    names = ["program_id"] + (["target"] if "target" in programs.column_names else [])
+    return {r["program_id"]: r.get("target") or default for r in programs.select(names).to_pylist()}
 
 
 def _threshold(fraction: float) -> str:

@@ -14,6 +14,7 @@ from prefect import flow  # noqa: E402
 from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
 from flows.config import Params  # noqa: E402
+from flows.keys import in_share  # noqa: E402
 from flows.tasks import run_tasks, shard_task, shared_pool, stage_key, write_table  # noqa: E402
 
 
@@ -92,6 +93,13 @@ def own_error_factor(params) -> float:
     return float(params.verify.get("pytorch_error_factor", OWN_ERROR_FACTOR))
 
 
+def program_target(program_id: str, seed: int, gpu_share: float) -> str:
+    """The target an original program is written for (issue 25: it belongs to the program, never to a
+    strategy): `cuda` for a seeded `gpu_share` of the programs, keyed by the program's identity, `llvm`
+    for the others. Every state of the program, and every prompt about it, keeps that target."""
+    return "cuda" if in_share(gpu_share, seed, "target", program_id) else "llvm"
+
+
 def generate_shard(shard: Shard, params, pool=None) -> list[dict]:
     from gpu_tasks.verify import verify_against_reference
     from leir.canon import program_id
@@ -140,5 +148,9 @@ def generate_flow(raw: dict, profile: str, lake: str) -> dict:
     params, lake = Params(raw, profile), Path(lake)
     plan = plan_generate(params)
     calls = [(s.name, generate_task, (stage_key("generate", params, lake, s.items), s, raw, profile)) for s in plan]
-    n = write_table(lake, "programs", run_tasks("generate: translate and verify", calls))
+    results = run_tasks("generate: translate and verify", calls)
+    # The target is set after the cached tasks: a new `gpu_share` translates and verifies nothing again.
+    results = {family: [{**r, "target": program_target(r["program_id"], params.seed, params.gpu_share)} for r in rows]
+               for family, rows in results.items()}
+    n = write_table(lake, "programs", results)
     return {"stage": "generate", "shards": len(plan), "rows": n}

@@ -14,3 +14,9 @@ def stable_id(*parts, length: int = 16) -> str:
 def rank(seed: int, *parts) -> str:
     """A seeded sort key for deterministic sampling and shuffling."""
     return stable_id(seed, *parts, length=32)
+
+
+def in_share(share: float, seed: int, *parts) -> bool:
+    """A seeded choice of a `share` (0..1) of the items: True for the item whose identity is `parts`
+    when its rank falls below that share of the rank space (uniform over items)."""
+    return int(rank(seed, *parts), 16) < share * 16**32

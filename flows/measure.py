@@ -57,15 +57,19 @@ def measure_params(params: Params) -> dict:
     return {**DEFAULTS, **(params.raw.get("measure") or {}), **(params.profile.get("measure") or {})}
 
 
-def state_groups(programs: list[dict], steps: list[dict], released: list[dict]) -> list[StateGroup]:
+def state_groups(programs: list[dict], steps: list[dict], released: list[dict],
+                 target: str | None = None) -> list[StateGroup]:
     """The groups of states to time, by program_id. `steps` is the whole steps table (a released
     step's before-state may be the result of an unreleased compute_inline step), `released` the
-    released steps' rows."""
+    released steps' rows. With `target`, only the programs written for it (issue 25: a GPU program's
+    states are never timed on the CPU)."""
     after_of = {s["step_id"]: s["after_program_id"] for s in steps}
     by_program = {p["program_id"]: p for p in programs}
     groups: dict[str, StateGroup] = {}
     for s in sorted(released, key=lambda r: r["step_id"]):
         p = by_program[s["program_id"]]
+        if not timed_on(p, target):
+            continue
         g = groups.get(p["program_id"])
         if g is None:
             g = groups[p["program_id"]] = StateGroup(p["program_id"], p["family"], p["signature"])
@@ -73,6 +77,12 @@ def state_groups(programs: list[dict], steps: list[dict], released: list[dict]) 
         g.states.setdefault(state_ids(s, after_of)[0], s["before_leir"])
         g.states.setdefault(s["after_program_id"], s["after_leir"])
     return [groups[k] for k in sorted(groups)]
+
+
+def timed_on(program: dict, target: str | None) -> bool:
+    """Whether the program's states are timed on `target` (any target when None): a program is timed
+    on the target it is written for (no `target`: a lake made before programs had one, on any)."""
+    return target is None or (program.get("target") or target) == target
 
 
 def timing_row(group: StateGroup, state_id: str, leir: str, result, fingerprint: dict, run_id: str,
@@ -158,7 +168,7 @@ def measure_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
     target = params.verify["target"]
     programs = read_table(lake, "programs").to_pylist()
     steps = read_table(lake, "steps").to_pylist()
-    groups = state_groups(programs, steps, released_step_rows(lake))
+    groups = state_groups(programs, steps, released_step_rows(lake), target)
     start = time.perf_counter()
     with timing_pool(timeout_s=float(cfg["timeout_s"])) as pool:
         fingerprint = pool.broadcast(session_fingerprint, target)[0]
@@ -208,8 +218,8 @@ def released_effects(lake: Path, target: str) -> tuple[list[dict], dict | None]:
     released = released_step_rows(lake)
     status = {v["step_id"]: v["status"] for v in read_table(lake, "verifications").to_pylist()
               if v["target"] == target}
-    family = {p["program_id"]: p["family"] for p in read_table(lake, "programs").select(
-        ["program_id", "family"]).to_pylist()}
+    programs = {p["program_id"]: p for p in read_table(lake, "programs").select(
+        ["program_id", "family", "target"]).to_pylist()}
     split = _split_of_steps(lake)
     ids = {s["step_id"]: state_ids(s, after_of) for s in released}
     wanted = {x for pair in ids.values() for x in pair}
@@ -221,9 +231,12 @@ def released_effects(lake: Path, target: str) -> tuple[list[dict], dict | None]:
     rows = []
     for s in sorted(released, key=lambda r: r["step_id"]):
         before_id, after_id = ids[s["step_id"]]
-        b, a = times.get(before_id), times.get(after_id)
+        program = programs[s["program_id"]]
+        # a GPU program's effect stays unmeasured until it is timed on a GPU (never its CPU times)
+        b, a = (times.get(before_id), times.get(after_id)) if timed_on(program, target) else (None, None)
         effect = step_effect(b and b["time_us"], a and a["time_us"], b and b["spread"], a and a["spread"])
-        rows.append({"step_id": s["step_id"], "program_id": s["program_id"], "family": family[s["program_id"]],
+        rows.append({"step_id": s["step_id"], "program_id": s["program_id"], "family": program["family"],
+                     "program_target": program["target"] or target,
                      "split": split.get(s["step_id"]), "strategy": s["strategy"], "level": s["level"],
                      "before_state_id": before_id, "after_state_id": after_id,
                      "before_leir": s["before_leir"], "after_leir": s["after_leir"],

@@ -228,8 +228,14 @@ def _measured_section(m: Measured) -> str:
     from flows.measure import effect_shares
 
     lines = ["## Measured effects", ""]
+    gpu = sum(1 for e in m.effects if e.get("program_target") == "cuda")
+    gpu_line = (f"{gpu} released steps belong to programs written for a GPU (CUDA): they were verified on the "
+                "CPU (LEIR's semantics do not depend on the target), and on CUDA where a GPU was present, but "
+                "never timed on the CPU; their `before_us`, `after_us`, `speedup` and `effect` stay null in "
+                "`measured` until they are timed on a GPU.") if gpu else ""
     if m.machine is None:
-        return "\n".join([*lines, "No state was timed: the `measured` and `preference` configs are empty.", ""])
+        return "\n".join([*lines, "No state was timed: the `measured` and `preference` configs are empty.",
+                          *([gpu_line] if gpu_line else []), ""])
     measured = sum(1 for e in m.effects if e["effect"])
     lines += [f"Every state the release refers to (originals, and each released step's before and after state) "
               f"was timed on one machine: **{m.machine.get('cpu_model')}**, {m.machine.get('tvm_threads')} TVM "
@@ -240,6 +246,7 @@ def _measured_section(m: Measured) -> str:
               "range is small. A step is `faster` when before/after exceeds 1 by more than twice the larger "
               "spread (and at least 2%), `slower` when it falls short by as much, `neutral` otherwise. "
               f"{measured} of {len(m.effects)} released steps have a measured effect.", "",
+              *([gpu_line, ""] if gpu_line else []),
               "Effects are measurements of this machine: another CPU may rank the same steps differently. The "
               "`default` and `chat` configs never depend on them (two rebuilds give the same bytes on any "
               "machine); the `measured`, `preference` and `trajectories` configs do.", "",
@@ -561,7 +568,7 @@ def release_flow(raw: dict, profile: str, lake: str, reports: str, version: str 
         return {"stage": "release", "refused": "the release gate did not pass; run the validate stage"}
     counters = json.loads((Path(reports) / "filter.json").read_text())
     inputs = (read_table(lake, "samples"), steps, params, gate, counters, read_table(lake, "programs"),
-              strategy_coverage(lake, steps), measured_inputs(lake, params, Path(reports)))
+              strategy_coverage(lake, steps, params.verify["target"]), measured_inputs(lake, params, Path(reports)))
     existing = lake / "releases" / f"v{version}"
     if not existing.exists():
         out = make_release(lake, version, *inputs)

@@ -6,6 +6,8 @@
 - splits.json: samples and families per split; summary.json: the headline numbers;
 - cot_templates.json: per strategy, the released CoTs and their distinct templates once numbers and
   names are abstracted (strategies.cot.template), and the median over strategies (issue 25).
+- prompt_lines.json: per prompt line kind, how far one line lifts a strategy above its base rate
+  (`line_leakage`, issue 25).
 """
 from __future__ import annotations
 
@@ -27,10 +29,11 @@ from strategies.registry import ALL_NAMES  # noqa: E402
 
 
 def build_reports(programs: pa.Table, steps: pa.Table, verifications: pa.Table, samples: pa.Table,
-                  filter_counters: list[dict], out: Path) -> dict:
+                  filter_counters: list[dict], out: Path, target: str = "llvm") -> dict:
     out.mkdir(parents=True, exist_ok=True)
-    status_of = dict(zip(verifications.column("step_id").to_pylist(), verifications.column("status").to_pylist(),
-                         strict=True))
+    # the verify stage's target (a GPU program's step may also have a CUDA row)
+    status_of = {r["step_id"]: r["status"] for r in verifications.select(["step_id", "target", "status"]).to_pylist()
+                 if r["target"] == target}
     step_rows = steps.select(["step_id", "strategy"]).to_pylist()
     released = Tally(s for row in samples.column("strategies").to_pylist() for s in json.loads(row))
     generated = Tally(r["strategy"] for r in step_rows)
@@ -65,6 +68,9 @@ def build_reports(programs: pa.Table, steps: pa.Table, verifications: pa.Table, 
     _dump(out / "verification.json", verification)
     _dump(out / "errors.json", dict(errors.most_common()))
     _dump(out / "splits.json", dict(sorted(splits.items())))
+    leakage = line_leakage(samples.select(["prompt", "strategies"]).to_pylist())
+    summary["prompt_line_excess"] = {kind: v["excess"] for kind, v in leakage.items()}
+    _dump(out / "prompt_lines.json", leakage)
     _dump(out / "summary.json", summary)
     _dump(out / "cot_templates.json", templates)
     _plot_strategies(strategies, out / "strategy_distribution.png")
@@ -195,11 +201,72 @@ def _plot_outcomes(verification: dict, path: Path) -> None:
     plt.close(fig)
 
 
+# --- what a prompt line says about the label (issue 25) ---------------------------------------------------
+
+PROMPT_LINE_KINDS = ("target", "known tensors", "instruction")
+KNOWN_TENSORS = "The known tensors are "
+
+
+def prompt_lines(prompt: str) -> dict[str, str]:
+    """A prompt's lines by kind (strategies.cot.prompt): the target line (first), the known-tensors
+    line, and the instruction (everything after the known tensors). The program line is not one of
+    them: it is what the strategy is chosen for."""
+    lines = prompt.split("\n")
+    known = next((i for i, line in enumerate(lines) if line.startswith(KNOWN_TENSORS)), None)
+    if known is None:
+        raise ValueError("not a prompt of this project: no known-tensors line")
+    return {"target": lines[0], "known tensors": lines[known], "instruction": "\n".join(lines[known + 1:])}
+
+
+def line_leakage(samples: list[dict], min_share: float = 0.05) -> dict[str, dict]:
+    """Per prompt line kind: how much better than its base rate one line predicts a strategy.
+
+    A sample's strategies (one, or the k of a multi-answer sample, each weighing 1/k) are its label.
+    For every line that at least `min_share` of the prompts carry (a line unique to a few prompts
+    names one program, as the program line does, and its shares are noise), and every strategy: its
+    share among the prompts with that line minus its share among all prompts. The kind's figure is the
+    largest such excess, with the line, the strategy and both shares; `top` is, for the line where
+    one strategy has the largest share, that strategy and its excess. The done-when of issue 25:
+    every kind's `excess` is at most 0.10."""
+    overall: Tally = Tally()
+    by_line: dict[str, dict[str, list]] = {k: {} for k in PROMPT_LINE_KINDS}
+    for s in samples:
+        names = json.loads(s["strategies"]) if isinstance(s["strategies"], str) else list(s["strategies"])
+        label: Tally = Tally()
+        for name in names:
+            label[name] += 1 / len(names)
+        overall.update(label)
+        for kind, line in prompt_lines(s["prompt"]).items():
+            group = by_line[kind].setdefault(line, [0, Tally()])
+            group[0] += 1
+            group[1].update(label)
+    n = len(samples)
+    out: dict[str, dict] = {}
+    for kind in PROMPT_LINE_KINDS:
+        worst = top = None
+        lines = {line: g for line, g in by_line[kind].items() if n and g[0] >= min_share * n}
+        for line in sorted(lines):
+            count, shares = lines[line]
+            for strategy in sorted(shares):
+                inside, base = shares[strategy] / count, overall[strategy] / n
+                row = {"line": line, "prompts": count, "strategy": strategy, "share_in_line": round(inside, 4),
+                       "share_overall": round(base, 4), "excess": round(inside - base, 4)}
+                if worst is None or row["excess"] > worst["excess"]:
+                    worst = row
+                if top is None or row["share_in_line"] > top["share_in_line"]:
+                    top = row
+        out[kind] = {"lines": len(by_line[kind]), "lines_measured": len(lines),
+                     "prompts_measured": sum(g[0] for g in lines.values()),
+                     "excess": worst["excess"] if worst else 0.0, "worst": worst, "top": top}
+    return out
+
+
 @flow(name="report", task_runner=ThreadPoolTaskRunner(max_workers=1))
 def report_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
     lake, out = Path(lake), Path(reports)
     counters = json.loads((out / "filter.json").read_text()) if (out / "filter.json").exists() else []
     summary = build_reports(read_table(lake, "programs"), read_table(lake, "steps"),
-                            read_table(lake, "verifications"), read_table(lake, "samples"), counters, out)
+                            read_table(lake, "verifications"), read_table(lake, "samples"), counters, out,
+                            raw["verify"]["target"])
     build_catalog(lake)
     return {"stage": "report", **summary}

@@ -41,7 +41,10 @@ TABLES: dict[str, TableSpec] = {t.name: t for t in (
         ("shape_source", S), ("work", I64),
         # issue 18: the share of the dtype's tolerance that rounding alone moves the original's
         # outputs by, against its float64 reference (strategies.analysis.numerics.ROUNDING_SHARE_LIMIT)
-        ("rounding_share", F64))),
+        ("rounding_share", F64),
+        # issue 25: the target the program is written for (`llvm` or `cuda`, seeded by its identity, the
+        # profile's `gpu_share`): its steps are made, and its prompts asked, for that target only
+        ("target", S))),
     TableSpec("steps", ("step_id",), _schema(
         ("step_id", S), ("program_id", S), ("parent_step_id", S), ("depth", I64), ("strategy", S), ("level", S),
         ("site", S), ("params", S), ("before_leir", S), ("after_leir", S), ("after_program_id", S),
@@ -319,12 +322,18 @@ def release_inputs(lake: Path, params=None):
                               v.status,
                               p.family
                        FROM steps s JOIN released USING (step_id) JOIN programs p USING (program_id)
-                       JOIN verifications v USING (step_id) ORDER BY s.step_id""").to_arrow_table()
+                       JOIN verifications v USING (step_id) WHERE v.target = $target
+                       ORDER BY s.step_id""", params={"target": _target(params)}).to_arrow_table()
     producible = [r[0] for r in con.execute("""SELECT DISTINCT s.strategy FROM steps s JOIN verifications v
-        USING (step_id) WHERE v.status = 'exact' OR (v.status = 'close' AND s.exactness = 'reassociating')
-        ORDER BY 1""").fetchall()]
+        USING (step_id) WHERE v.target = $target AND (v.status = 'exact' OR (v.status = 'close'
+        AND s.exactness = 'reassociating')) ORDER BY 1""", {"target": _target(params)}).fetchall()]
     con.close()
     return steps, producible
+
+
+def _target(params) -> str:
+    """The verify stage's target: a GPU program's step may also have a CUDA row (issue 25)."""
+    return params.verify["target"] if params is not None else "llvm"
 
 
 def released_ids(lake: Path) -> list[str]:
@@ -338,7 +347,7 @@ def released_step_rows(lake: Path) -> list[dict]:
     return [r for r in read_table(lake, "steps").to_pylist() if r["step_id"] in wanted]
 
 
-def strategy_coverage(lake: Path, released: pa.Table) -> list[dict]:
+def strategy_coverage(lake: Path, released: pa.Table, target: str = "llvm") -> list[dict]:
     """Per strategy: the programs with a site, the steps made (after the profile's verification budget),
     those that verified, and those released; what the card says for a strategy short of samples."""
     import duckdb
@@ -351,10 +360,12 @@ def strategy_coverage(lake: Path, released: pa.Table) -> list[dict]:
                           SELECT s.strategy, count(DISTINCT s.program_id) AS programs, count(*) AS steps,
                                  count(*) FILTER (WHERE v.status = 'exact' OR (v.status = 'close'
                                                   AND s.exactness = 'reassociating')) AS verified
-                          FROM steps s JOIN verifications v USING (step_id) GROUP BY 1),
+                          FROM steps s JOIN verifications v USING (step_id) WHERE v.target = $target
+                          GROUP BY 1),
                       out AS (SELECT strategy, count(*) AS released FROM released GROUP BY 1)
                       SELECT made.*, coalesce(out.released, 0) AS released
-                      FROM made LEFT JOIN out USING (strategy) ORDER BY strategy""").fetchall()
+                      FROM made LEFT JOIN out USING (strategy) ORDER BY strategy""",
+                   params={"target": target}).fetchall()
     con.close()
     from strategies.registry import registered
 

@@ -42,8 +42,10 @@ def transform_shard(programs: list[dict], params) -> list[dict]:
         if p["verification_status"] not in PASSING:
             continue
         sig = Signature.from_json(p["signature"])
-        root = Context(parse_program(p["leir"]), sig, params.verify["target"], p.get("rounding_share"),
-                       tuple(params.profile.get("leir_extensions") or ()))
+        # The program's own target (issue 25): GPU-only strategies are offered on GPU programs only,
+        # CPU-only ones on CPU programs only (strategies.base.Strategy.targets).
+        root = Context(parse_program(p["leir"]), sig, p.get("target") or params.verify["target"],
+                       p.get("rounding_share"), tuple(params.profile.get("leir_extensions") or ()))
         for row in _steps_from(root, p["program_id"], None, 0, params):
             rows.setdefault(row["step_id"], row)
     return [rows[k] for k in sorted(rows)]

@@ -27,17 +27,28 @@ from flows.tasks import (  # noqa: E402
 )
 
 
-def verify_shard(steps: list[dict], signatures: dict[str, str], params, pool=None) -> list[dict]:
+def verify_targets(program_target: str | None, params, gpu: bool) -> list[str]:
+    """The targets a step is verified on: `verify.target` always (LEIR's semantics do not depend on
+    the target, so the step of a GPU program is checked on the CPU too), and CUDA as well for the step
+    of a GPU program when a GPU is present (issue 25)."""
+    base = params.verify["target"]
+    return [base] + (["cuda"] if gpu and program_target == "cuda" and base != "cuda" else [])
+
+
+def verify_shard(steps: list[dict], signatures: dict[str, str], params, pool=None,
+                 targets: list[str] | None = None) -> list[dict]:
+    """One verification row per step, on `targets` (one per step; `verify.target` for all without)."""
     from gpu_tasks.verify import pair_request, verify_pairs
 
-    target, draws = params.verify["target"], int(params.verify["draws"])
-    tolerances = params.verify["tolerance"]
+    draws, tolerances = int(params.verify["draws"]), params.verify["tolerance"]
+    targets = targets or [params.verify["target"]] * len(steps)
     requests = [pair_request(s["before_leir"], s["after_leir"], signatures[s["program_id"]], target=target,
-                             draws=draws, seed=params.seed, tolerances=tolerances) for s in steps]
+                             draws=draws, seed=params.seed, tolerances=tolerances)
+                for s, target in zip(steps, targets, strict=True)]
     results = verify_pairs(requests, pool)
     version = _tvm_version()
     rows = []
-    for s, v in zip(steps, results, strict=True):
+    for s, target, v in zip(steps, targets, results, strict=True):
         j = v.to_json()  # non-finite errors become null
         rows.append({"step_id": s["step_id"], "target": target, "status": v.status, "max_abs_err": j["max_abs_err"],
                      "max_rel_err": j["max_rel_err"], "rel_l2_err": j["rel_l2_err"], "draws": v.draws,
@@ -52,9 +63,17 @@ def _tvm_version() -> str:
 
 
 @shard_task
-def verify_task(key: str, steps: list[dict], signatures: dict, raw: dict, profile: str) -> list[dict]:
+def verify_task(key: str, steps: list[dict], signatures: dict, raw: dict, profile: str,
+                targets: list[str] | None = None) -> list[dict]:
     params = Params(raw, profile)
-    return verify_shard(steps, signatures, params, shared_pool(params))
+    return verify_shard(steps, signatures, params, shared_pool(params), targets)
+
+
+def gpu_present(pool=None) -> bool:
+    """Whether a CUDA GPU is present, asked in a worker (the flow's own process never imports TVM)."""
+    from gpu_tasks.runner import cuda_present
+
+    return (pool.broadcast(cuda_present)[0] is True) if pool is not None else cuda_present()
 
 
 @flow(name="verify", task_runner=ThreadPoolTaskRunner(max_workers=1))
@@ -63,32 +82,41 @@ def verify_flow(raw: dict, profile: str, lake: str) -> dict:
     programs = read_table(lake, "programs").to_pylist()
     family_of = {p["program_id"]: p["family"] for p in programs}
     signatures = {p["program_id"]: p["signature"] for p in programs}
+    target_of = {p["program_id"]: p.get("target") for p in programs}
+    gpu = any(t == "cuda" for t in target_of.values()) and gpu_present(shared_pool(params))
     steps = group(read_table(lake, "steps").to_pylist(), lambda s: family_of[s["program_id"]])
-    cache, calls, known, keys = RowCache(lake, "verify"), [], {}, {}
+    cache, calls, known, keys, items = RowCache(lake, "verify"), [], {}, {}, {}
     for family, rows in steps.items():
-        keys[family] = {r["step_id"]: step_key(r, signatures[r["program_id"]], params) for r in rows}
+        items[family] = [(r, t) for r in rows for t in verify_targets(target_of[r["program_id"]], params, gpu)]
+        keys[family] = {(r["step_id"], t): step_key(r, signatures[r["program_id"]], params, t)
+                        for r, t in items[family]}
         cached = cache.load(family)
-        known[family] = {r["step_id"]: cached[keys[family][r["step_id"]]] for r in rows
-                         if keys[family][r["step_id"]] in cached}
-        todo = [r for r in rows if r["step_id"] not in known[family]]
+        known[family] = {k: cached[key] for k, key in keys[family].items() if key in cached}
+        todo = [(r, t) for r, t in items[family] if (r["step_id"], t) not in known[family]]
         if todo:
-            sigs = {r["program_id"]: signatures[r["program_id"]] for r in todo}
-            calls.append((family, verify_task, (stage_key("verify", params, lake, todo, sigs), todo, sigs, raw,
-                                                profile)))
+            todo_steps, targets = [r for r, _ in todo], [t for _, t in todo]
+            sigs = {r["program_id"]: signatures[r["program_id"]] for r in todo_steps}
+            calls.append((family, verify_task, (stage_key("verify", params, lake, todo_steps, sigs, targets),
+                                                todo_steps, sigs, raw, profile, targets)))
     fresh = run_tasks("verify: build, run, compare", calls)
     results = {}
-    for family, rows in steps.items():
-        by_id = {**known[family], **{v["step_id"]: v for v in fresh.get(family, [])}}
-        results[family] = [by_id[r["step_id"]] for r in rows]
-        cache.save(family, {keys[family][i]: v for i, v in by_id.items()})
+    for family in steps:
+        by_id = {**known[family], **{(v["step_id"], v["target"]): v for v in fresh.get(family, [])}}
+        results[family] = [by_id[(r["step_id"], t)] for r, t in items[family]]
+        cache.save(family, {keys[family][k]: v for k, v in by_id.items()})
     n = write_table(lake, "verifications", results)
     reused = sum(len(k) for k in known.values())
-    say(f"verify: {n - reused} steps verified, {reused} reused from earlier runs")
-    return {"stage": "verify", "shards": len(calls), "rows": n, "verified": n - reused, "reused": reused}
+    on_cuda = sum(1 for rows in results.values() for v in rows if v["target"] == "cuda")
+    gpu_steps = sum(1 for rows in steps.values() for r in rows if target_of[r["program_id"]] == "cuda")
+    say(f"verify: {n - reused} verifications run, {reused} reused from earlier runs; {gpu_steps} steps of GPU "
+        f"programs, {on_cuda} of them also verified on CUDA" + ("" if gpu else " (no GPU on this machine)"))
+    return {"stage": "verify", "shards": len(calls), "rows": n, "verified": n - reused, "reused": reused,
+            "gpu_program_steps": gpu_steps, "verified_on_cuda": on_cuda}
 
 
-def step_key(step: dict, signature: str, params: Params) -> str:
+def step_key(step: dict, signature: str, params: Params, target: str | None = None) -> str:
     """What decides a step's verification row: the step, both programs, the signature, the protocol's
-    parameters and the code that lowers and runs them."""
+    parameters, the target when it is not `verify.target`, and the code that lowers and runs them."""
+    other = (target,) if target not in (None, params.verify["target"]) else ()
     return stable_id("verify-step", step["step_id"], step["before_leir"], step["after_leir"], signature,
-                     params.seed, params.verify, code_hash(STAGE_CODE["verify"]), length=32)
+                     params.seed, params.verify, code_hash(STAGE_CODE["verify"]), *other, length=32)

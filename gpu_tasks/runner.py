@@ -20,6 +20,11 @@ class NoDeviceError(RuntimeError):
     """The target's device is not present on this machine (CUDA without a GPU)."""
 
 
+def cuda_present() -> bool:
+    """Whether this machine has a CUDA GPU that TVM can run on."""
+    return bool(tvm.cuda(0).exist)
+
+
 def device_for(target_kind: str):
     if target_kind != "cuda":
         return tvm.cpu(0)

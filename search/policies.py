@@ -93,9 +93,7 @@ def library_actions(ctx: Context, per_strategy: int = 12, per_site: int = 3, *, 
     kind of move (`diversify`)."""
     machine = machine or DEFAULT_MACHINE
     out = []
-    for strategy in registered():
-        if ctx.target == "llvm" and strategy.name == "loop_binding":
-            continue  # thread binding is a plain loop on the CPU
+    for strategy in registered():  # a strategy not offered on the context's target yields nothing
         limit, at_site = WIDE.get(strategy.name, (per_strategy, per_site))
         for t in strategy.transformations(ctx, limit=max(limit, per_strategy), per_site=max(at_site, per_site)):
             out.append(Action(t.strategy, dict(t.params), t.after, t.site.to_json(), prior(t), "library", t))

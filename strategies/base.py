@@ -223,13 +223,24 @@ class Strategy:
     level: ClassVar[str]
     exactness: ClassVar[str]
     description: ClassVar[str]
-    # Only meaningful for a GPU target (thread binding): enumerated with a CUDA context even when the
-    # data is built for the CPU; the CPU verifier runs B loops serially, so the check is the same.
-    needs_gpu: ClassVar[bool] = False
+    # The targets on which the strategy is offered (issue 25: the target belongs to the program, never
+    # to the strategy). Thread binding (B) only means something on a GPU; parallel (P) and vector (V)
+    # loops only on the CPU (the CUDA lowering runs them serially inside a kernel). On any other
+    # target the strategy has no transformation.
+    targets: ClassVar[tuple[str, ...]] = TARGETS
+
+    @property
+    def needs_gpu(self) -> bool:
+        return self.targets == ("cuda",)
+
+    def offered(self, ctx: Context) -> bool:
+        """Whether the strategy is offered on the context's target."""
+        return ctx.target in self.targets
 
     def context_for(self, ctx: Context) -> Context:
-        """The context this strategy is enumerated in: `ctx`, or its CUDA twin for a GPU-only one."""
-        return replace(ctx, target="cuda") if self.needs_gpu and not ctx.gpu else ctx
+        """The context this strategy is enumerated in: the program's own, never a twin of another
+        target (a strategy not offered on it has no transformations there)."""
+        return ctx
 
     def sites(self, ctx: Context) -> Iterable[Site]:
         """Candidate sites, in a deterministic order (program order, outer loops first)."""
@@ -247,6 +258,8 @@ class Strategy:
                         per_site: int | None = None) -> Iterator[Transformation]:
         """Legal, non-trivial transformations in site order; at most `per_site` parameter variants
         per site and `limit` in all (the first ones in the deterministic order)."""
+        if not self.offered(ctx):
+            return
         count = 0
         for site in self.sites(ctx):
             at_site = 0
@@ -262,7 +275,10 @@ class Strategy:
                     break
 
     def apply(self, ctx: Context, site: Site, params: dict) -> Transformation | None:
-        """One transformation, or None when illegal or when the result is alpha-equivalent."""
+        """One transformation, or None when illegal, not offered on the context's target, or when the
+        result is alpha-equivalent."""
+        if not self.offered(ctx):
+            return None
         try:
             rw = self.rewrite(ctx, site, params)
         except Illegal:
@@ -281,5 +297,7 @@ class Strategy:
 
     def legal_sites(self, ctx: Context) -> list[Site]:
         """Sites with at least one legal, non-trivial parameter variant."""
+        if not self.offered(ctx):
+            return []
         return [s for s in self.sites(ctx)
                 if any(self.apply(ctx, s, p) is not None for p in self.parameters(ctx, s))]

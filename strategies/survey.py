@@ -18,7 +18,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from leir.signature import Signature
 from strategies.base import Context, Strategy, Transformation
@@ -96,9 +96,13 @@ class Survey:
 
 
 def program_states(program: SurveyProgram, strategy: Strategy, inline: list[Context]) -> list[Context]:
-    """The states a strategy is tried on: the original (for a GPU target when it needs one), and
-    for a mathematical strategy the results of one compute_inline step."""
-    return [strategy.context_for(program.context)] + (inline if strategy.level == "mathematical" else [])
+    """The states a strategy is tried on: the original, on a target the strategy is offered on (the
+    survey checks every strategy, so a GPU-only one is tried on the program's CUDA twin and a CPU-only
+    one on its CPU twin), and for a mathematical strategy the results of one compute_inline step."""
+    ctx = program.context
+    if not strategy.offered(ctx):
+        ctx = replace(ctx, target=strategy.targets[0])
+    return [ctx] + (inline if strategy.level == "mathematical" else [])
 
 
 def sample(items: list, cap: int | None, key: str) -> list:

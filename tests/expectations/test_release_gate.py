@@ -92,16 +92,14 @@ def test_each_corruption_stops_the_release(params, kind, needle):
     assert any(needle in f for f in report.failures), report.text()
 
 
-def test_a_step_that_copies_the_originals_unit_binding_into_a_new_nest_schedules_nothing():
-    """Vectorising a reduction through partials adds a nest that keeps the original's B^{1} batch
-    binding: inherited, not scheduled by the step. Making a loop of one iteration parallel is."""
+def test_a_copied_unit_binding_is_not_a_scheduled_unit_loop():
+    """A reduction split's combining nest keeps the original's `B^{1}_{tx=0}`: nothing new is
+    scheduled. Marking a loop of one iteration is still refused."""
     from expectations.release_gate import adds_unit_scheduled_loop
 
-    before = "B^{1}_{tx=0}L^{32}_{a=0}L^{384}_{c=0}[E^{f32,g}_{tx,a}=E^{f32,g}_{tx,a}+A^{f32,g}_{tx,a,c};];"
-    partials = ("B^{1}_{tx=0}L^{32}_{a=0}L^{48}_{d=0}V^{8}_{c=0}[H^{f32,g}_{tx,a,c}=H^{f32,g}_{tx,a,c}"
-                "+A^{f32,g}_{tx,a,d*8+c};];B^{1}_{tx=0}L^{32}_{a=0}L^{8}_{c=0}[E^{f32,g}_{tx,a}="
-                "E^{f32,g}_{tx,a}+H^{f32,g}_{tx,a,c};];")
-    assert not adds_unit_scheduled_loop(before, partials)
-    one = "L^{1}_{tx=0}L^{32}_{a=0}L^{384}_{c=0}[E^{f32,g}_{tx,a}=E^{f32,g}_{tx,a}+A^{f32,g}_{tx,a,c};];"
-    parallel = "P^{1}_{tx=0}L^{32}_{a=0}L^{384}_{c=0}[E^{f32,g}_{tx,a}=E^{f32,g}_{tx,a}+A^{f32,g}_{tx,a,c};];"
-    assert adds_unit_scheduled_loop(one, parallel)
+    before = "B^{1}_{tx=0}L^{8}_{a=0}[D^{f32,g}_{tx}=D^{f32,g}_{tx}+A^{f32,g}_{tx,a};];"
+    split = ("B^{1}_{tx=0}L^{2}_{c=0}L^{4}_{a=0}[E^{f32,g}_{tx,a}=E^{f32,g}_{tx,a}+A^{f32,g}_{tx,c*4+a};];"
+             "B^{1}_{tx=0}L^{4}_{a=0}[D^{f32,g}_{tx}=D^{f32,g}_{tx}+E^{f32,g}_{tx,a};];")
+    assert not adds_unit_scheduled_loop(before, split)
+    assert adds_unit_scheduled_loop(before, "B^{1}_{tx=0}L^{8}_{a=0}U^{1}_{c=0}"
+                                            "[D^{f32,g}_{tx}=D^{f32,g}_{tx}+A^{f32,g}_{tx,a+c};];")

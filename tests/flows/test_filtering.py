@@ -85,6 +85,42 @@ def test_selection_and_samples_are_deterministic(params):
     assert single[0]["prompt_tokens"] == len(single[0]["prompt"])
 
 
+def test_every_prompt_names_its_programs_target(params):
+    """Issue 25: the target line comes from the program, never from the strategy, in single- and
+    multi-answer samples alike."""
+    programs, steps, verifs = tables()
+    rows = programs.to_pylist()
+    for r in rows:
+        r["target"] = "cuda" if r["program_id"] in ("p1", "p3", "p5") else "llvm"
+    programs = to_arrow("programs", rows)
+    kept, _ = select_steps(programs, steps, verifs, params)
+    samples, _ = assemble_samples(kept, programs, params, count_tokens=len)
+    program_of = {r["step_id"]: r["program_id"] for r in steps.to_pylist()}
+    device = {"cuda": "will run on a GPU (CUDA):", "llvm": "will run on a CPU (LLVM):"}
+    target_of = {r["program_id"]: r["target"] for r in rows}
+    seen = set()
+    for sample in samples:
+        (target,) = {target_of[program_of[i]] for i in json.loads(sample["step_ids"])}  # one per prompt
+        assert sample["prompt"].split("\n")[0].endswith(device[target])
+        seen.add((target, len(json.loads(sample["step_ids"]))))
+    assert seen == {("cuda", 1), ("cuda", 3), ("llvm", 1), ("llvm", 3)}
+    # a lake made before programs had a target: the verify stage's target
+    older, _ = assemble_samples(kept, programs.drop(["target"]), params, count_tokens=len)
+    assert all(sample["prompt"].split("\n")[0].endswith(device["llvm"]) for sample in older)
+
+
+def test_a_failed_cuda_verification_drops_the_step(params):
+    programs, steps, verifs = tables()
+    kept, _ = select_steps(programs, steps, verifs, params)
+    rows = verifs.to_pylist()
+    failed = kept.column("step_id").to_pylist()[0]
+    rows += [{"step_id": failed, "target": "cuda", "status": "mismatch"},
+             {"step_id": kept.column("step_id").to_pylist()[1], "target": "cuda", "status": "exact"}]
+    again, _ = select_steps(programs, steps, to_arrow("verifications", rows), params)
+    assert failed not in again.column("step_id").to_pylist()
+    assert kept.column("step_id").to_pylist()[1] in again.column("step_id").to_pylist()
+
+
 def test_family_split_holds_out_whole_families():
     split = split_families(["b", "a", "c", "a", "d", "e"], seed=0, test_fraction=0.2)
     assert sorted(split) == ["a", "b", "c", "d", "e"]

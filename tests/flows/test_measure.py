@@ -28,6 +28,17 @@ def test_states_are_the_originals_and_each_released_steps_two_states_once():
     assert state_ids(steps[3], after_of) == ("q0", "q3")
 
 
+def test_a_gpu_programs_states_are_not_timed_on_the_cpu():
+    programs = [{"program_id": "p1", "family": "gemm", "signature": "{}", "leir": "orig1", "target": "cuda"},
+                {"program_id": "p2", "family": "norm", "signature": "{}", "leir": "orig2", "target": "llvm"},
+                {"program_id": "p3", "family": "norm", "signature": "{}", "leir": "orig3"}]  # an older lake
+    steps = [step("s1", "p1", "orig1", "a1", "q1"), step("s2", "p2", "orig2", "b2", "q2"),
+             step("s3", "p3", "orig3", "c3", "q3")]
+    assert [g.program_id for g in state_groups(programs, steps, steps, "llvm")] == ["p2", "p3"]
+    assert [g.program_id for g in state_groups(programs, steps, steps, "cuda")] == ["p1", "p3"]
+    assert [g.program_id for g in state_groups(programs, steps, steps)] == ["p1", "p2", "p3"]
+
+
 def effect(step_id, after_us, spread=0.01, strategy="loop_split"):
     return {"step_id": step_id, "after_us": after_us, "before_us": 100.0, "spread": spread, "strategy": strategy}
 

@@ -63,6 +63,43 @@ def test_every_stage_produces_its_tables_and_the_release(tiny_lake):
     assert gate["success"] is True
 
 
+def test_every_prompt_names_its_programs_target(tiny_lake):
+    """Issue 25: one program of the tiny profile is written for the GPU, one for the CPU; every prompt
+    about a program's states names that program's target, binding appears only on the GPU program and
+    P or V loops only on the CPU one; the GPU program's steps are verified on the CPU (no GPU here)."""
+    from flows.reports import prompt_lines
+    from flows.storage import read_table
+
+    root, results = tiny_lake
+    lake = root / "lake"
+    target_of = {p["program_id"]: p["target"] for p in read_table(lake, "programs").to_pylist()}
+    assert sorted(target_of.values()) == ["cuda", "llvm"]
+    steps = {s["step_id"]: s for s in read_table(lake, "steps").to_pylist()}
+    for s in steps.values():
+        assert s["strategy"] != "loop_binding" or target_of[s["program_id"]] == "cuda"
+        assert s["strategy"] not in ("loop_parallelization", "loop_vectorization") or target_of[s["program_id"]] == "llvm"
+        added = {kind: s["after_leir"].count(kind + "^") - s["before_leir"].count(kind + "^") for kind in "BPV"}
+        assert added["B"] <= 0 or target_of[s["program_id"]] == "cuda"
+        assert max(added["P"], added["V"]) <= 0 or target_of[s["program_id"]] == "llvm"
+    assert {s["strategy"] for s in steps.values() if target_of[s["program_id"]] == "cuda"} >= {"loop_binding"}
+    device = {"cuda": "will run on a GPU (CUDA):", "llvm": "will run on a CPU (LLVM):"}
+    lines_of: dict[str, set] = {}
+    for sample in read_table(lake, "samples").to_pylist():
+        programs = {steps[i]["program_id"] for i in json.loads(sample["step_ids"])}
+        assert len(programs) == 1
+        program = programs.pop()
+        assert sample["prompt"].split("\n")[0].endswith(device[target_of[program]])
+        lines = prompt_lines(sample["prompt"])
+        lines_of.setdefault(program, set()).add((lines["target"], lines["known tensors"]))
+    # the target and known-tensors lines are the program's: one per program, whatever the strategy, so
+    # they say nothing about the label that the program does not (issue 25)
+    assert len(lines_of) == 2 and all(len(lines) == 1 for lines in lines_of.values())
+    verifications = read_table(lake, "verifications").to_pylist()
+    assert {v["target"] for v in verifications} == {"llvm"} and len(verifications) == len(steps)
+    verify = next(r for r in results if r["stage"] == "verify")
+    assert verify["gpu_program_steps"] == sum(1 for s in steps.values() if target_of[s["program_id"]] == "cuda") > 0
+
+
 def test_catalog_answers_sql(tiny_lake):
     from flows.storage import connect
 
@@ -240,9 +277,13 @@ def test_measure_stage_times_every_released_state_once(tiny_lake):
     lake = root / "lake"
     measured = next(r for r in results if r["stage"] == "measure")
     after_of = {s["step_id"]: s["after_program_id"] for s in read_table(lake, "steps").to_pylist()}
-    wanted = {x for s in released_step_rows(lake) for x in state_ids(s, after_of)}
+    target_of = {p["program_id"]: p["target"] for p in read_table(lake, "programs").to_pylist()}
+    released = released_step_rows(lake)
+    wanted = {x for s in released if target_of[s["program_id"]] == "llvm" for x in state_ids(s, after_of)}
+    on_gpu = {x for s in released if target_of[s["program_id"]] == "cuda" for x in state_ids(s, after_of)}
     rows = read_table(lake, "timings").to_pylist()
     assert {r["state_id"] for r in rows} == wanted and len(rows) == len(wanted) == measured["states"]
+    assert on_gpu and not on_gpu & wanted  # a GPU program's states are never timed on the CPU (issue 25)
     for r in rows:
         assert r["status"] == "ok" and r["time_us"] > 0 and r["rounds"] == len(r["samples_us"]) >= 3
         assert json.loads(r["machine"])["cpu_model"] and r["machine_id"] == measured["machine_id"]
@@ -260,10 +301,16 @@ def test_release_has_measured_preference_and_trajectory_configs(tiny_lake):
     release = Path(next(r for r in results if r["stage"] == "release")["path"])
     measured = pq.read_table(sorted((release / "measured").glob("*.parquet"))).to_pylist()
     assert sorted(r["step_id"] for r in measured) == released_ids(root / "lake")
-    assert all(r["effect"] in ("faster", "neutral", "slower") and r["before_us"] > 0 and r["after_us"] > 0
-               for r in measured)
-    for r in measured:
+    target_of = {p["program_id"]: p["target"] for p in read_table(root / "lake", "programs").to_pylist()}
+    on_cpu = [r for r in measured if target_of[r["program_id"]] == "llvm"]
+    on_gpu = [r for r in measured if target_of[r["program_id"]] == "cuda"]
+    assert on_cpu and all(r["effect"] in ("faster", "neutral", "slower") and r["before_us"] > 0 and r["after_us"] > 0
+                          for r in on_cpu)
+    for r in on_cpu:
         assert r["speedup"] == pytest.approx(r["before_us"] / r["after_us"])
+    # a GPU program's effect stays unmeasured until it is timed on a GPU, and the card says so
+    assert on_gpu and all(r["before_us"] is r["after_us"] is r["effect"] is r["speedup"] is None for r in on_gpu)
+    assert f"{len(on_gpu)} released steps belong to programs written for a GPU" in (release / "README.md").read_text()
     pairs = pq.read_table(sorted((release / "preference").glob("*.parquet"))).to_pylist()
     by_step = {r["step_id"]: r for r in measured}
     for p in pairs:  # the faster answer is chosen, beyond the spread

@@ -45,3 +45,29 @@ def test_fast_exp_steps_only_where_the_profile_admits_the_extension():
     assert any("fast_exp" in r["after_leir"] and r["exactness"] == "reassociating" for r in opted)
     # a left-out variant leaves its place in the per-strategy budget to a variant in the published format
     assert len(published) >= len([r for r in opted if "fast_exp" not in r["after_leir"]])
+
+
+def test_a_programs_steps_are_made_for_its_own_target():
+    """Issue 25: a GPU program is offered binding and never P or V loops, a CPU program the other way
+    round; a program row without a target (an older lake) is the verify stage's target."""
+    def strategies(target):
+        row = {"program_id": "s", "verification_status": "close", "signature": SOFTMAX_SIG.dumps(), "leir": SOFTMAX,
+               "rounding_share": 0.0, **({"target": target} if target else {})}
+        return {r["strategy"] for r in transform_shard([row], load_params())}
+
+    gpu, cpu, older = strategies("cuda"), strategies("llvm"), strategies(None)
+    assert "loop_binding" in gpu and not gpu & {"loop_parallelization", "loop_vectorization"}
+    assert "loop_binding" not in cpu and {"loop_parallelization", "loop_vectorization"} <= cpu
+    assert older == cpu and (gpu & cpu) >= {"loop_split", "loop_unrolling"}
+
+
+def test_verify_targets_add_cuda_for_gpu_programs_only_with_a_gpu():
+    from flows.verify import step_key, verify_targets
+
+    params = load_params()
+    assert verify_targets("cuda", params, gpu=False) == ["llvm"]
+    assert verify_targets("cuda", params, gpu=True) == ["llvm", "cuda"]
+    assert verify_targets("llvm", params, gpu=True) == verify_targets(None, params, gpu=True) == ["llvm"]
+    step = {"step_id": "s", "before_leir": ROW_SUMS, "after_leir": ROW_SUMS}
+    assert step_key(step, SIG.dumps(), params) == step_key(step, SIG.dumps(), params, "llvm") \
+        != step_key(step, SIG.dumps(), params, "cuda")

@@ -49,6 +49,30 @@ def test_alpha_equivalent_results_are_not_transformations():
     assert list(Renamer().transformations(ctx(MATMUL, MATMUL_SIG))) == []
 
 
+def test_the_target_belongs_to_the_program_never_to_the_strategy():
+    """Issue 25: binding only on a GPU program, P and V loops only on a CPU program, every other
+    strategy on both; no strategy switches the program's target."""
+    from strategies.registry import registered
+
+    only = {s.name: s.targets for s in registered() if s.targets != ("llvm", "cuda")}
+    assert only == {"loop_parallelization": ("llvm",), "loop_vectorization": ("llvm",), "loop_binding": ("cuda",)}
+    assert get("loop_binding").needs_gpu and not get("loop_split").needs_gpu
+    cpu, gpu = ctx(MATMUL, MATMUL_SIG), ctx(MATMUL, MATMUL_SIG, "cuda")
+    for strategy in registered():
+        assert strategy.context_for(cpu) is cpu and strategy.context_for(gpu) is gpu
+    # a is independent: bound on the GPU program, parallel on the CPU one, never the other way round
+    assert list(get("loop_binding").transformations(cpu)) == [] and get("loop_binding").legal_sites(cpu) == []
+    assert list(get("loop_binding").transformations(gpu))
+    assert list(get("loop_parallelization").transformations(cpu))
+    assert list(get("loop_parallelization").transformations(gpu)) == []
+    assert get("loop_parallelization").legal_sites(gpu) == []
+    site = next(iter(get("loop_binding").sites(gpu)))
+    assert get("loop_binding").apply(cpu, site, {"axis": "ty"}) is None
+    assert get("loop_binding").apply(gpu, site, {"axis": "ty"}) is not None
+    # the others are offered on both targets
+    assert list(get("loop_split").transformations(cpu)) and list(get("loop_split").transformations(gpu))
+
+
 def test_illegal_rewrites_are_skipped():
     class Never(Strategy):
         name, level, exactness, description = "loop_split", "operator", "exact", ""

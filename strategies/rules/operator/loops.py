@@ -310,17 +310,16 @@ def _has_inner_parallel(nest: Nest) -> bool:
 class LoopParallelization(LoopRule):
     name = "loop_parallelization"
     description = "Mark a serial loop whose iterations are independent as parallel (P)."
+    targets = ("llvm",)  # CPU cores; inside a CUDA kernel a P loop runs serially
 
     def takes(self, ctx, nest, k):
         # On the CPU a bound (B) loop is a serial loop: it can become parallel too (with an index name).
-        return nest.loops[k].kind in (("L",) if ctx.gpu else ("L", "B"))
+        return nest.loops[k].kind in ("L", "B")
 
     def rewrite_loop(self, ctx, site, nest, k, params):
         loop = nest.loops[k]
         refuse_unhelpful(ctx, one_iteration_problem(loop, "parallel"))
         if loop.kind == "B":
-            if ctx.gpu:
-                raise Illegal("a thread-bound loop is already parallel on the GPU")
             renamed = fresh_indices(ctx.program).fresh()   # P loops take index names, not binding names
             body = substitute_in_nest(Nest(nest.loops[k + 1:], nest.body), {loop.var: Var(renamed)})
             nest = Nest(nest.loops[:k] + (Loop("L", loop.extent, renamed, loop.start),) + body.loops, body.body)
@@ -377,10 +376,9 @@ class LoopVectorization(LoopRule):
     description = ("Vectorize the innermost spatial loop of a nest on the CPU (V); a long loop is split first "
                    "(`width`), and `exp` below it may become the vectorisable `fast_exp` (`exp: fast`, "
                    "a reassociating variant: close, never bitwise equal).")
+    targets = ("llvm",)  # SIMD lanes of the CPU; on CUDA the parallel axis is the thread binding
 
     def takes(self, ctx, nest, k):
-        if ctx.gpu:
-            return False  # on CUDA the parallel axis is the thread binding
         lp = nest.loops[k]
         innermost = k == len(nest.loops) - 1 and all(isinstance(i, Stmt) for i in nest.body)
         return innermost and lp.kind == "L" and lp.extent >= 2 and (
@@ -403,8 +401,6 @@ class LoopVectorization(LoopRule):
                 yield {**w, "exp": "fast"}
 
     def rewrite_loop(self, ctx, site, nest, k, params):
-        if ctx.gpu:
-            raise Illegal("vector loops have no meaning inside a CUDA kernel")
         if params.get("partials"):
             return self._partials(ctx, site, k, params)
         width = params.get("width")
@@ -480,10 +476,10 @@ def _bound_loops(nest: Nest) -> list[Loop]:
 class LoopBinding(LoopRule):
     name = "loop_binding"
     description = "Bind a loop with independent iterations to a CUDA thread or block index (B)."
-    needs_gpu = True
+    targets = ("cuda",)  # binding only means something on a GPU
 
     def takes(self, ctx, nest, k):
-        return ctx.gpu and nest.loops[k].kind in ("L", "P")  # binding only means something on a GPU
+        return nest.loops[k].kind in ("L", "P")
 
     def parameters(self, ctx, site):
         used = {lp.var[:2] for lp in _bound_loops(ctx.program.nests[site.nest])}
@@ -492,8 +488,6 @@ class LoopBinding(LoopRule):
                 yield {"axis": prefix}
 
     def rewrite_loop(self, ctx, site, nest, k, params):
-        if not ctx.gpu:
-            raise Illegal("the target is not a GPU")
         lp, axis = nest.loops[k], params["axis"]
         refuse_unhelpful(ctx, one_iteration_problem(lp, "bound"))
         bound = _bound_loops(ctx.program.nests[site.nest])
