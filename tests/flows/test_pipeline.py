@@ -194,8 +194,10 @@ def test_no_released_cot_claims_parallelism_its_loops_do_not_have(tiny_lake):
         if any(claims_parallelism(x) for x in claims):
             assert after > before, row["think"]
             checked += 1
-        elif row["strategy"] == "reduction_factorization":
-            assert after <= before  # partials in serial loops: no claim, and none due
+        elif row["strategy"] == "reduction_factorization" and row["target"] == "llvm":
+            # partials in serial loops on the CPU: no claim, and none due (on a GPU program the
+            # combining nest is a bound nest of its own, counted as one more bound loop)
+            assert after <= before
     assert checked > 0  # loop_parallelization steps are released on the tiny profile
 
 
