@@ -3,7 +3,8 @@
 - strategies.json: steps per strategy generated, verified and released (before/after filtering);
 - verification.json: outcomes per strategy and overall pass rate;
 - errors.json: error taxonomy (status x first words of the message);
-- splits.json: samples and families per split; summary.json: the headline numbers.
+- splits.json: samples and families per split, the strategies the test split covers, its structural
+  overlap with the train split (flows.filtering); summary.json: the headline numbers.
 """
 from __future__ import annotations
 
@@ -20,12 +21,12 @@ configure()
 from prefect import flow  # noqa: E402
 from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
-from flows.storage import build_catalog, read_table  # noqa: E402
+from flows.storage import build_catalog, family_splits, read_table  # noqa: E402
 from strategies.registry import ALL_NAMES  # noqa: E402
 
 
 def build_reports(programs: pa.Table, steps: pa.Table, verifications: pa.Table, samples: pa.Table,
-                  filter_counters: list[dict], out: Path) -> dict:
+                  filter_counters: list[dict], out: Path, splits: dict[str, str] | None = None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     status_of = dict(zip(verifications.column("step_id").to_pylist(), verifications.column("status").to_pylist(),
                          strict=True))
@@ -45,6 +46,7 @@ def build_reports(programs: pa.Table, steps: pa.Table, verifications: pa.Table, 
         if row["status"] not in ("exact", "close"):
             words = " ".join((row["error_message"] or "").split()[:6])
             errors[f"{row['status']}: {words}".strip()] += 1
+    family_split = splits or {}
     splits = Tally(samples.column("split").to_pylist())
     program_status = programs.column("verification_status").to_pylist()
     summary = {
@@ -60,12 +62,40 @@ def build_reports(programs: pa.Table, steps: pa.Table, verifications: pa.Table, 
     _dump(out / "strategies.json", strategies)
     _dump(out / "verification.json", verification)
     _dump(out / "errors.json", dict(errors.most_common()))
-    _dump(out / "splits.json", dict(sorted(splits.items())))
+    _dump(out / "splits.json", split_figures(samples, family_split))
     _dump(out / "summary.json", summary)
     _plot_strategies(strategies, out / "strategy_distribution.png")
     _plot_outcomes(verification, out / "verification_outcomes.png")
     plot_shapes(program_shapes(programs), out / "shapes.png")
     return summary
+
+
+# --- the split: what the test split covers and how much of it the train split has seen (issue 25) ----
+
+def split_figures(samples: pa.Table, splits: dict[str, str]) -> dict:
+    """Samples per split, the families of each split, the strategies the test split covers (and those
+    it cannot: train only), samples per strategy in each split (a multi-answer sample counts for each
+    of its strategies), and the test split's structural overlap: test samples whose before-state's
+    nests all have a twin in the train split (names and sizes abstracted), and the clean rest."""
+    rows = samples.select(["split", "strategies", "structural_overlap"]).to_pylist()
+    per: dict[str, Tally] = {"train": Tally(), "test": Tally()}
+    for r in rows:
+        per.setdefault(r["split"], Tally()).update(json.loads(r["strategies"]))
+    test = [r for r in rows if r["split"] == "test"]
+    overlapping = sum(1 for r in test if r["structural_overlap"])
+    released = sorted(set(per["train"]) | set(per["test"]))
+    counts = Tally(r["split"] for r in rows)
+    return {
+        "train": counts.get("train", 0), "test": counts.get("test", 0),
+        "families": {s: sorted(f for f, v in splits.items() if v == s) for s in ("train", "test")},
+        "strategies_released": len(released),
+        "strategies_in_test": sum(1 for k in released if per["test"][k]),
+        "train_only": [k for k in released if not per["test"][k]],
+        "test_only": [k for k in released if not per["train"][k]],
+        "samples_per_strategy": {k: {"train": per["train"][k], "test": per["test"][k]} for k in released},
+        "overlap": {"test_samples": len(test), "overlapping": overlapping,
+                    "share": round(overlapping / len(test), 4) if test else 0.0, "clean": len(test) - overlapping},
+    }
 
 
 # --- shapes: what the programs' tensors look like (issue 12) -----------------------------------------
@@ -175,6 +205,7 @@ def report_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
     lake, out = Path(lake), Path(reports)
     counters = json.loads((out / "filter.json").read_text()) if (out / "filter.json").exists() else []
     summary = build_reports(read_table(lake, "programs"), read_table(lake, "steps"),
-                            read_table(lake, "verifications"), read_table(lake, "samples"), counters, out)
+                            read_table(lake, "verifications"), read_table(lake, "samples"), counters, out,
+                            family_splits(lake))
     build_catalog(lake)
     return {"stage": "report", **summary}

@@ -86,11 +86,54 @@ def test_selection_and_samples_are_deterministic(params):
 
 
 def test_family_split_holds_out_whole_families():
-    split = split_families(["b", "a", "c", "a", "d", "e"], seed=0, test_fraction=0.2)
+    counts = {f: {"loop_split": 5} for f in ("a", "b", "c", "d", "e")}
+    split = split_families(counts, seed=0, test_fraction=0.2)
     assert sorted(split) == ["a", "b", "c", "d", "e"]
     assert list(split.values()).count("test") == 1
-    assert split == split_families(["e", "d", "c", "b", "a"], seed=0, test_fraction=0.2)
-    assert split_families(["only"], 0, 0.5) == {"only": "train"}
+    assert split == split_families(dict(reversed(list(counts.items()))), seed=0, test_fraction=0.2)
+    assert split_families({"only": {"loop_split": 3}}, 0, 0.5) == {"only": "train"}
+
+
+def test_family_split_covers_every_strategy_it_can():
+    """Strategies spread over many families: the test split covers each one, with MIN_TEST_SAMPLES of
+    the large ones, while the train split keeps most of every strategy; a strategy of one family only
+    stays in train."""
+    import random
+
+    from flows.filtering import MIN_TEST_SAMPLES, TRAIN_KEEPS
+
+    rng = random.Random(7)
+    strategies = [f"s{i}" for i in range(30)]
+    counts = {f"fam{i:02d}": {k: rng.choice([0, 0, 0, 1, 3, 12, 40]) for k in strategies} for i in range(40)}
+    counts["solo"] = {"only_here": 50, "s0": 2}
+    split = split_families(counts, seed=0, test_fraction=0.2)
+    total, test = {}, {}
+    for f, per in counts.items():
+        for k, n in per.items():
+            total[k] = total.get(k, 0) + n
+            if split[f] == "test":
+                test[k] = test.get(k, 0) + n
+    for k, n in total.items():
+        if not n:
+            continue
+        assert n - test.get(k, 0) >= TRAIN_KEEPS * n  # train keeps half of every strategy
+        if k != "only_here":
+            assert test.get(k, 0) >= (min(MIN_TEST_SAMPLES, n // 2) if n >= 100 else 1), k
+    assert split["solo"] == "train"
+    share = sum(test.values()) / sum(total.values())
+    assert 0.15 <= share <= 0.35
+    assert split == split_families(dict(sorted(counts.items(), reverse=True)), seed=0, test_fraction=0.2)
+
+
+def test_structural_overlap_abstracts_names_and_sizes():
+    from flows.filtering import overlapping_states
+
+    train = {"L^{8}_{a=0}[D^{f32,g}_{a}=A^{f32,g}_{a}+C^{f32,g}_{a};];"}
+    same_shape_free = "L^{32}_{c=0}[G^{f32,g}_{c}=E^{f32,g}_{c}+F^{f32,g}_{c};];"
+    other_op = "L^{8}_{a=0}[D^{f32,g}_{a}=A^{f32,g}_{a}*C^{f32,g}_{a};];"
+    half_seen = same_shape_free + other_op
+    flags = overlapping_states(train, {same_shape_free, other_op, half_seen})
+    assert flags == {same_shape_free: True, other_op: False, half_seen: False}
 
 
 def test_token_counts_are_qwen_ids():
