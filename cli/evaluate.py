@@ -41,7 +41,9 @@ def evaluate_command(
         predictions_file: Annotated[Path | None, typer.Argument(
             metavar="PREDICTIONS",
             help='JSON Lines {"id", "signature", "original_IR", "response"}; "-" reads stdin.')] = None,
-        split: Annotated[str | None, typer.Option(help="Score against this split of the lake (e.g. test).")] = None,
+        split: Annotated[str | None, typer.Option(
+            help="Score against this split of the lake (e.g. test): the whole split and its clean part (no "
+                 "structural overlap with train).")] = None,
         predictions: Annotated[Path | None, typer.Option(
             help='With --split: JSON Lines {"sample_id", "response"}.')] = None,
         published: Annotated[Path | None, typer.Option(

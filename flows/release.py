@@ -595,9 +595,10 @@ def _card(version, params, sizes, per_strategy, gate, counters, info, date, tabl
              "## Files", "", "`data/{train,test}.parquet` (samples; config `default`), `data/steps.parquet` (the "
              "released steps), `chat/{train,test}.parquet` (a `messages` column: user prompt, assistant answer; "
              "config `chat`), the same as JSON Lines in `chat_jsonl/{train,test}.jsonl` for SFT tools, "
-             "`shapes.png` (the programs' shapes), `reports/` (the build's deterministic reports this card cites: "
-             "filter counters, gate, split, strategies, verification, errors, summary and their figures), `croissant.json` (Croissant metadata with sha256 of every "
-             "file), `CHANGELOG.md`; made of measurements (section below): `measured/` (config `measured`: one "
+             "`shapes.png` (the programs' shapes), `reports/` (the build's deterministic reports this card "
+             "cites: filter counters, gate, split, strategies, verification, errors, summary and their figures), "
+             "`croissant.json` (Croissant metadata with sha256 of every file), `CHANGELOG.md`; made of "
+             "measurements (section below): `measured/` (config `measured`: one "
              "row per released step with its before and after time, speedup, spread and effect), `preference/` "
              "(config `preference`: prompt, chosen, rejected), `trajectories/` (config `trajectories`: the "
              "search's multi-step records) and `cost_model.json`. Load with `datasets.load_dataset(DIR)` or "
@@ -716,8 +717,9 @@ def release_flow(raw: dict, profile: str, lake: str, reports: str, version: str 
     return result
 
 
-# The folders of a release whose bytes are its data (the content hash of a development release).
-RELEASE_DATA_FOLDERS = ("data", "chat", "chat_jsonl", "measured", "preference", "trajectories")
+# The folders of a release whose bytes are its data (the content hash of a development release), with
+# the pinned reports its card cites.
+RELEASE_DATA_FOLDERS = ("data", "chat", "chat_jsonl", "measured", "preference", "trajectories", "reports")
 
 
 def _compare_release(existing: Path, lake: Path, version: str, inputs: tuple) -> tuple[bool, str]:
