@@ -50,72 +50,117 @@ class Counter:
         return out
 
 
-# The split's coverage goals (issue 25): every strategy of the release in the test split, and at least
-# MIN_TEST_SAMPLES test samples for a strategy with LARGE_STRATEGY or more; the train split keeps at
-# least TRAIN_KEEPS of every strategy's samples (a strategy is never learnt from the test split alone).
-MIN_TEST_SAMPLES, LARGE_STRATEGY, TRAIN_KEEPS = 20, 100, 0.5
+# The split's goals (issue 25): the test split covers every strategy it can, with at least
+# MIN_TEST_SAMPLES test samples of each strategy that has LARGE_STRATEGY samples or more, and holds about
+# `filter.test_fraction` of the samples (within SHARE_SLACK of it, relative). A strategy found in two or
+# more families keeps at least TRAIN_KEEPS of its samples (and one) in train; one found in a single
+# family goes where its family goes (the card lists the strategies in one split only).
+MIN_TEST_SAMPLES, LARGE_STRATEGY, TRAIN_KEEPS, SHARE_SLACK = 20, 100, 0.25, 0.25
+EXACT_FAMILIES = 18  # up to this many families every subset is scored; above, a greedy cover
 
 
 def split_families(counts: dict[str, dict[str, int]], seed: int, test_fraction: float) -> dict[str, str]:
     """family -> 'train' | 'test', whole families held out, chosen for coverage. `counts` is, per family
     (every family of the build, those without kept steps too), its kept steps per strategy.
 
-    1. Cover: a greedy set cover. Each strategy asks the test split for one sample, or MIN_TEST_SAMPLES
-       when it has LARGE_STRATEGY or more; a family's gain is the asks it fills (each strategy's ask
-       weighs 1, a first sample of a strategy 1 more), divided by its share of the samples; the best
-       family is held out, ties by a seeded rank of its name, until no family fills an ask.
-    2. Fill: while the test split holds less than `test_fraction` of the samples, the family of
-       smallest seeded rank that brings the share closer to it is held out.
-    A family is held out only when the train split keeps TRAIN_KEEPS of every strategy's samples (so a
-    strategy found in one family only stays in train). With two or more families, one at least is
-    held out; with one, none. Deterministic: sorted names, integer counts, seeded ranks."""
-    families = sorted(counts, key=lambda f: (rank(seed, "split", f), f))
-    if len(families) < 2:
-        return dict.fromkeys(families, "train")
-    total: dict[str, int] = {}
-    for f in families:
-        for strategy, n in counts[f].items():
-            total[strategy] = total.get(strategy, 0) + n
-    samples = sum(total.values())
-    ask = {k: (MIN_TEST_SAMPLES if n >= LARGE_STRATEGY else 1) for k, n in total.items()}
-    in_test: dict[str, int] = dict.fromkeys(total, 0)
-    test: list[str] = []
+    Among the sets of families whose test share is within SHARE_SLACK of `test_fraction` and that keep
+    TRAIN_KEEPS of every multi-family strategy in train, the one chosen covers the most strategies,
+    then gives MIN_TEST_SAMPLES to the most large strategies, then leaves the fewest strategies in one
+    split only, then comes closest to `test_fraction`; ties by a seeded rank of the set. Every set is
+    scored up to EXACT_FAMILIES families (`_exact_split`), a greedy cover is used above (`_greedy_split`).
+    With two or more families, one at least is held out; with one, none. Deterministic: integer
+    counts, sorted names, seeded ranks."""
+    families = [f for f in sorted(counts) if sum(counts[f].values())]  # a family without samples is train
+    chosen: set[str] = set()
+    if len(families) >= 2:
+        strategies = sorted({k for f in families for k, n in counts[f].items() if n})
+        matrix = [[counts[f].get(k, 0) for k in strategies] for f in families]
+        pick = _exact_split if len(families) <= EXACT_FAMILIES else _greedy_split
+        chosen = pick(families, matrix, seed, test_fraction)
+    return {f: ("test" if f in chosen else "train") for f in sorted(counts)}
 
-    def allowed(f: str) -> bool:
-        return f not in test and all(total[k] - in_test[k] - n >= TRAIN_KEEPS * total[k]
-                                     for k, n in counts[f].items() if n)
 
-    def hold_out(f: str) -> None:
-        test.append(f)
-        for k, n in counts[f].items():
+def _limits(matrix: list[list[int]]) -> tuple[list[int], list[int], list[int]]:
+    """Per strategy: its samples, the most the test split may take of them, and its test ask."""
+    import math
+
+    total = [sum(col) for col in zip(*matrix, strict=True)]
+    spread = [sum(1 for v in col if v) for col in zip(*matrix, strict=True)]
+    most = [n - max(1, math.ceil(TRAIN_KEEPS * n)) if where > 1 else n for n, where in zip(total, spread, strict=True)]
+    ask = [MIN_TEST_SAMPLES if n >= LARGE_STRATEGY else 1 for n in total]
+    return total, most, ask
+
+
+def _exact_split(families: list[str], matrix: list[list[int]], seed: int, test_fraction: float) -> set[str]:
+    """Score every non-empty proper subset of the families (numpy, one row per subset)."""
+    import numpy as np
+
+    m = np.array(matrix, dtype=np.int64)
+    total, most, ask = (np.array(x, dtype=np.int64) for x in _limits(matrix))
+    n_fam = len(families)
+    subsets = np.arange(1, 2 ** n_fam - 1, dtype=np.int64)
+    bits = ((subsets[:, None] >> np.arange(n_fam)) & 1).astype(np.int64)
+    test = bits @ m                                      # subsets x strategies: test samples
+    held, samples = test.sum(1), int(total.sum())
+    wanted = test_fraction * samples
+    keeps = (test <= most).all(1)
+    near = np.abs(held - wanted) <= SHARE_SLACK * wanted
+    feasible = keeps & near if (keeps & near).any() else keeps if keeps.any() else np.ones(len(subsets), bool)
+    covered = (test > 0).sum(1)
+    asks_met = ((test >= ask) & (total >= LARGE_STRATEGY)).sum(1)
+    one_split = ((test == total) & (total > 0)).sum(1) + ((test == 0) & (total > 0)).sum(1)
+    distance = np.abs(held - wanted)
+    # lexicographic: most covered, most asks met, fewest strategies in one split, nearest share
+    order = np.lexsort((distance, one_split, -asks_met, -covered, ~feasible))
+    best = order[0]
+    key = (feasible[best], covered[best], asks_met[best], one_split[best], distance[best])
+    ties = [i for i in order[:4096] if (feasible[i], covered[i], asks_met[i], one_split[i], distance[i]) == key]
+    names = [frozenset(f for j, f in enumerate(families) if bits[i, j]) for i in ties]
+    return min(names, key=lambda s: rank(seed, "split", ",".join(sorted(s))))
+
+
+def _greedy_split(families: list[str], matrix: list[list[int]], seed: int, test_fraction: float) -> set[str]:
+    """A greedy cover (many families): each strategy asks the test split for its `ask`; the family that
+    fills the most asks (each weighs 1, a strategy's first sample 1 more) per share of the samples it
+    adds is held out, ties by seeded rank, while the share stays within SHARE_SLACK above the target;
+    then families by seeded rank while that brings the share closer to `test_fraction`."""
+    total, most, ask = _limits(matrix)
+    samples = sum(total)
+    wanted = test_fraction * samples
+    ordered = sorted(range(len(families)), key=lambda i: (rank(seed, "split", families[i]), families[i]))
+    in_test, test = [0] * len(total), []
+
+    def allowed(i: int) -> bool:
+        return i not in test and all(in_test[k] + n <= most[k] for k, n in enumerate(matrix[i]) if n)
+
+    def hold_out(i: int) -> None:
+        test.append(i)
+        for k, n in enumerate(matrix[i]):
             in_test[k] += n
 
-    def gain(f: str) -> float:
-        filled = 0.0
-        for k, n in counts[f].items():
-            missing = ask[k] - in_test[k]
-            if n and missing > 0:
-                filled += min(missing, n) / ask[k] + (1.0 if in_test[k] == 0 else 0.0)
-        return filled / (max(1, sum(counts[f].values())) / max(1, samples))
+    def gain(i: int) -> float:
+        filled = sum(min(ask[k] - in_test[k], n) / ask[k] + (1.0 if in_test[k] == 0 else 0.0)
+                     for k, n in enumerate(matrix[i]) if n and ask[k] > in_test[k])
+        return filled / (max(1, sum(matrix[i])) / max(1, samples))
 
     while True:
-        scored = [(gain(f), f) for f in families if allowed(f)]
-        scored = [(g, f) for g, f in scored if g > 0]
+        room = (1 + SHARE_SLACK) * wanted - sum(in_test)
+        scored = [(gain(i), i) for i in ordered if allowed(i) and sum(matrix[i]) <= room]
+        scored = [(g, i) for g, i in scored if g > 0]
         if not scored:
             break
         best = max(g for g, _ in scored)
-        hold_out(next(f for g, f in scored if g == best))  # families are in seeded-rank order
-    wanted = test_fraction * samples
+        hold_out(next(i for g, i in scored if g == best))
     while True:
-        held = sum(in_test.values())
+        held = sum(in_test)
         if held >= wanted and test:
             break
-        closer = [f for f in families if allowed(f)
-                  and (not test or abs(held + sum(counts[f].values()) - wanted) < abs(held - wanted))]
+        closer = [i for i in ordered if allowed(i)
+                  and (not test or abs(held + sum(matrix[i]) - wanted) < abs(held - wanted))]
         if not closer:
             break
         hold_out(closer[0])
-    return {f: ("test" if f in test else "train") for f in sorted(families)}
+    return {families[i] for i in test}
 
 
 def family_strategy_counts(kept: pa.Table, programs: pa.Table) -> dict[str, dict[str, int]]:
