@@ -191,7 +191,7 @@ def make_release(lake: Path, version: str, samples: pa.Table, steps: pa.Table, p
     info = dataset_info(tmp, tables)
     card = _card(version, params, sizes, per_strategy, gate, filter_counters, info, date, tables)
     if splits is not None:
-        card += _split_section(samples, splits)
+        card += _split_section(samples, splits, steps)
     if development_of is not None:
         card += _development_section(version, development_of)
     if measured is not None:
@@ -368,29 +368,36 @@ def _pin_reports(reports: Path, folder: Path) -> None:
         shutil.copyfile(reports / name, folder / name)
 
 
-def _split_section(samples: pa.Table, splits: dict[str, str]) -> str:
+def _split_section(samples: pa.Table, splits: dict[str, str], steps: pa.Table | None = None) -> str:
     """The test split: its families, the strategies it covers, samples per strategy, and how much of it
-    the train split has seen (structural overlap) with the size of the clean part."""
+    the train split has seen (structural overlap, per sample and nest by nest) with the size of the
+    clean part."""
     from flows.reports import split_figures
 
-    fig = split_figures(samples, splits)
+    fig = split_figures(samples, splits, steps)
     ov = fig["overlap"]
     per = fig["samples_per_strategy"]
     lines = ["## Test split", "",
-             f"Whole workload families are held out, chosen for coverage (`flows.filtering.split_families`: a "
-             f"seeded greedy cover of the strategies, then families by seeded rank up to `filter.test_fraction`), "
-             f"never a random share of samples. Test families ({len(fig['families']['test'])}): "
+             "Whole workload families are held out, chosen for coverage (`flows.filtering.split_families`: the "
+             "set of families, near `filter.test_fraction` of the samples, that covers the most strategies, "
+             "gives 20 test samples to the most strategies with 100 or more, and keeps a quarter of every "
+             "strategy found in two families or more in train; ties by a seeded rank), never a random share of "
+             f"samples. Test families ({len(fig['families']['test'])}): "
              + ", ".join(f"`{f}`" for f in fig["families"]["test"]) + ".", "",
              f"The test split covers {fig['strategies_in_test']} of the {fig['strategies_released']} released "
-             "strategies" + (": " + ", ".join(f"`{k}`" for k in fig["train_only"]) + " are in the train split only "
-                              "(each found in too few families to hold one out and keep it in train)"
-                              if fig["train_only"] else "") + ".", "",
+             "strategies." + (" In the train split only: " + ", ".join(f"`{k}`" for k in fig["train_only"]) + "."
+                              if fig["train_only"] else "")
+             + (" In the test split only (each found in one family, held out for coverage: a model trained on the "
+                "train split never saw them): " + ", ".join(f"`{k}`" for k in fig["test_only"]) + "."
+                if fig["test_only"] else ""), "",
              f"**Structural overlap**: {ov['overlapping']} of {ov['test_samples']} test samples "
              f"({100 * ov['share']:.1f}%) have a before-state whose every loop nest has a twin in a train state "
              "(before- or after-state) once tensor names, loop indices, loop extents and integer literals are "
              "abstracted (`leir.canon.structure_hashes`); the column `structural_overlap` marks them. The clean "
              f"part of the test split is the other **{ov['clean']}** samples; `steptp eval --split test` scores "
-             "both.", "",
+             "both." + (f" Nest by nest, {ov['test_nests_seen']} of the {ov['test_nests']} loop nests of the "
+                        f"{ov['test_states']} distinct test states have a twin in train (a partial overlap the "
+                        "flag, which asks for every nest, does not count)." if "test_nests" in ov else ""), "",
              "| strategy | train samples | test samples |", "| --- | --- | --- |",
              *(f"| {k} | {v['train']} | {v['test']} |" for k, v in per.items()), ""]
     return "\n".join(lines)
@@ -439,7 +446,8 @@ def _limitations_section(params, samples: pa.Table, steps: pa.Table, programs: p
               "- **Synthetic shapes.** Programs are traced PyTorch modules at shapes drawn under a work budget "
               "(section Shapes): smaller than production layers, and one instance per workload at this profile.",
               "- **The split follows coverage.** The test families were chosen so that the test split covers the "
-              "strategies; they are not a random sample of workloads, and their mix differs from the train split's.",
+              "strategies; they are not a random sample of workloads, their mix differs from the train split's, "
+              "and a strategy found in one family only is in one split only (section Test split).",
               ""]
     return "\n".join(lines)
 

@@ -21,12 +21,13 @@ configure()
 from prefect import flow  # noqa: E402
 from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
-from flows.storage import build_catalog, family_splits, read_table  # noqa: E402
+from flows.storage import build_catalog, family_splits, read_table, release_inputs  # noqa: E402
 from strategies.registry import ALL_NAMES  # noqa: E402
 
 
 def build_reports(programs: pa.Table, steps: pa.Table, verifications: pa.Table, samples: pa.Table,
-                  filter_counters: list[dict], out: Path, splits: dict[str, str] | None = None) -> dict:
+                  filter_counters: list[dict], out: Path, splits: dict[str, str] | None = None,
+                  released_steps: pa.Table | None = None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     status_of = dict(zip(verifications.column("step_id").to_pylist(), verifications.column("status").to_pylist(),
                          strict=True))
@@ -62,7 +63,7 @@ def build_reports(programs: pa.Table, steps: pa.Table, verifications: pa.Table, 
     _dump(out / "strategies.json", strategies)
     _dump(out / "verification.json", verification)
     _dump(out / "errors.json", dict(errors.most_common()))
-    _dump(out / "splits.json", split_figures(samples, family_split))
+    _dump(out / "splits.json", split_figures(samples, family_split, released_steps))
     _dump(out / "summary.json", summary)
     _plot_strategies(strategies, out / "strategy_distribution.png")
     _plot_outcomes(verification, out / "verification_outcomes.png")
@@ -72,11 +73,29 @@ def build_reports(programs: pa.Table, steps: pa.Table, verifications: pa.Table, 
 
 # --- the split: what the test split covers and how much of it the train split has seen (issue 25) ----
 
-def split_figures(samples: pa.Table, splits: dict[str, str]) -> dict:
+def nest_overlap(steps: pa.Table, splits: dict[str, str]) -> dict:
+    """Nest by nest: of the loop nests of the test split's distinct states (the released test steps'
+    before-states), how many have a twin in a train state (a released train step's before- or
+    after-state) with names and sizes abstracted (leir.canon.structure_hashes): the partial overlap
+    that a sample's `structural_overlap` flag (every nest seen) does not show."""
+    from leir.canon import structure_hashes
+    from leir.parse import parse_program
+
+    rows = steps.select(["family", "before_leir", "after_leir"]).to_pylist()
+    train = sorted({t for r in rows if splits.get(r["family"], "train") == "train" for t in (r["before_leir"],
+                                                                                             r["after_leir"])})
+    test = sorted({r["before_leir"] for r in rows if splits.get(r["family"]) == "test"})
+    seen = {h for text in train for h in structure_hashes(parse_program(text))}
+    nests = [h for text in test for h in structure_hashes(parse_program(text))]
+    return {"test_states": len(test), "test_nests": len(nests), "test_nests_seen": sum(1 for h in nests if h in seen)}
+
+
+def split_figures(samples: pa.Table, splits: dict[str, str], steps: pa.Table | None = None) -> dict:
     """Samples per split, the families of each split, the strategies the test split covers (and those
     it cannot: train only), samples per strategy in each split (a multi-answer sample counts for each
     of its strategies), and the test split's structural overlap: test samples whose before-state's
-    nests all have a twin in the train split (names and sizes abstracted), and the clean rest."""
+    nests all have a twin in the train split (names and sizes abstracted), and the clean rest; with the
+    released `steps` (family, before_leir, after_leir), the overlap nest by nest (`nest_overlap`)."""
     rows = samples.select(["split", "strategies", "structural_overlap"]).to_pylist()
     per: dict[str, Tally] = {"train": Tally(), "test": Tally()}
     for r in rows:
@@ -94,7 +113,9 @@ def split_figures(samples: pa.Table, splits: dict[str, str]) -> dict:
         "test_only": [k for k in released if not per["train"][k]],
         "samples_per_strategy": {k: {"train": per["train"][k], "test": per["test"][k]} for k in released},
         "overlap": {"test_samples": len(test), "overlapping": overlapping,
-                    "share": round(overlapping / len(test), 4) if test else 0.0, "clean": len(test) - overlapping},
+                    "share": round(overlapping / len(test), 4) if test else 0.0, "clean": len(test) - overlapping,
+                    **(nest_overlap(steps, splits) if steps is not None and {"family", "before_leir", "after_leir"}
+                       <= set(steps.column_names) else {})},
     }
 
 
@@ -206,6 +227,6 @@ def report_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
     counters = json.loads((out / "filter.json").read_text()) if (out / "filter.json").exists() else []
     summary = build_reports(read_table(lake, "programs"), read_table(lake, "steps"),
                             read_table(lake, "verifications"), read_table(lake, "samples"), counters, out,
-                            family_splits(lake))
+                            family_splits(lake), release_inputs(lake)[0])
     build_catalog(lake)
     return {"stage": "report", **summary}

@@ -162,6 +162,18 @@ def test_structural_overlap_abstracts_names_and_sizes():
     assert flags == {same_shape_free: True, other_op: False, half_seen: False}
 
 
+def test_nest_overlap_counts_the_partial_overlap():
+    from flows.reports import nest_overlap
+
+    add = "L^{8}_{a=0}[D^{f32,g}_{a}=A^{f32,g}_{a}+C^{f32,g}_{a};];"
+    mul = "L^{16}_{c=0}[G^{f32,g}_{c}=E^{f32,g}_{c}*F^{f32,g}_{c};];"
+    add_big = add.replace("L^{8}", "L^{64}")
+    steps = pa.table({"family": ["tr", "te", "te"], "before_leir": [add, add_big + mul, add_big + mul],
+                      "after_leir": [add, mul, mul]})
+    assert nest_overlap(steps, {"tr": "train", "te": "test"}) == {"test_states": 1, "test_nests": 2,
+                                                                 "test_nests_seen": 1}
+
+
 def test_token_counts_are_qwen_ids():
     from flows.token_stats import count_tokens, encode
 
