@@ -160,7 +160,37 @@ def _greedy_split(families: list[str], matrix: list[list[int]], seed: int, test_
         if not closer:
             break
         hold_out(closer[0])
-    return {families[i] for i in test}
+    return {families[i] for i in _improve(set(test), matrix, ordered, total, most, ask, wanted)}
+
+
+def _improve(test: set[int], matrix: list[list[int]], ordered: list[int], total: list[int], most: list[int],
+             ask: list[int], wanted: float) -> set[int]:
+    """Local search from the greedy cover, on the exact search's order of sets: the best move (add a
+    family, remove one, swap one for one, two for one or one for two; in seeded-rank order) while one
+    improves."""
+    def key(members: set[int]) -> tuple:
+        held = [sum(matrix[i][k] for i in members) for k in range(len(total))]
+        share = sum(held)
+        keeps = all(h <= m for h, m in zip(held, most, strict=True))
+        near = abs(share - wanted) <= SHARE_SLACK * wanted
+        covered = sum(1 for h in held if h)
+        asks = sum(1 for h, a, n in zip(held, ask, total, strict=True) if n >= LARGE_STRATEGY and h >= a)
+        one_split = sum(1 for h, n in zip(held, total, strict=True) if n and h in (0, n))
+        return (keeps and near and bool(members), covered, asks, -one_split, -abs(share - wanted))
+
+    current = key(test)
+    for _ in range(10 * len(ordered)):  # each step improves the key; this bounds the steps anyway
+        moves = [test | {i} for i in ordered if i not in test] + [test - {i} for i in ordered if i in test]
+        inside, outside = [i for i in ordered if i in test], [i for i in ordered if i not in test]
+        moves += [(test - {i}) | {j} for i in inside for j in outside]
+        moves += [(test - {i, i2}) | {j} for a, i in enumerate(inside) for i2 in inside[a + 1:] for j in outside]
+        moves += [(test - {i}) | {j, j2} for i in inside for a, j in enumerate(outside) for j2 in outside[a + 1:]]
+        scored = [(key(m), m) for m in moves]
+        best = max((k for k, _ in scored), default=current)
+        if best <= current:
+            break
+        test, current = next(m for k, m in scored if k == best), best
+    return test
 
 
 def family_strategy_counts(kept: pa.Table, programs: pa.Table) -> dict[str, dict[str, int]]:
