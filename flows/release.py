@@ -200,7 +200,7 @@ def make_release(lake: Path, version: str, samples: pa.Table, steps: pa.Table, p
         card += _coverage_section(coverage, int(params.release.get("min_samples_per_strategy", 100)), filter_counters)
     if shapes is not None:
         card += _data_sections(shapes, samples, steps, tmp)
-    card += _limitations_section(params, samples, steps, programs, measured)
+    card += _limitations_section(params, samples, steps, programs, measured, splits)
     card += INTENDED_USE
     (tmp / "README.md").write_text(card)
     (tmp / "CHANGELOG.md").write_text(_changelog(releases, earlier, version, sizes, per_strategy))
@@ -339,7 +339,8 @@ def _why_short(c: dict, stages: dict[str, dict], minimum: int) -> str:
         return "no site in this profile's programs"
     parts = []
     if c["steps"] < minimum:
-        parts.append(f"few sites: {c['steps']} steps made in {c['programs']} programs")
+        parts.append(f"few sites: {c['steps']} step{'s' * (c['steps'] != 1)} made in {c['programs']} "
+                     f"program{'s' * (c['programs'] != 1)}")
     if not stages:  # counters without per-strategy counts (a filter.json of an older build)
         if c["verified"] < c["steps"]:
             parts.append(f"{c['steps'] - c['verified']} failed verification")
@@ -404,7 +405,7 @@ def _split_section(samples: pa.Table, splits: dict[str, str], steps: pa.Table | 
 
 
 def _limitations_section(params, samples: pa.Table, steps: pa.Table, programs: pa.Table | None,
-                         measured: Measured | None) -> str:
+                         measured: Measured | None, splits: dict[str, str] | None = None) -> str:
     """What the release does not show, from its own contents."""
     from strategies.registry import get
 
@@ -433,12 +434,16 @@ def _limitations_section(params, samples: pa.Table, steps: pa.Table, programs: p
         lines.append("- **Half precision is thin.** " + "; ".join(
             f"{d}: {n} programs, {k} of {steps.num_rows} released steps" for d, (n, k) in half.items())
             + " (only the kinds the profile lists under `extra_dtypes`; float32 accumulators).")
-    test = [r for r in samples.select(["split", "structural_overlap"]).to_pylist() if r["split"] == "test"]
-    overlapping = sum(1 for r in test if r["structural_overlap"])
-    if test:
-        lines.append(f"- **The test split is not structurally disjoint.** {overlapping} of {len(test)} test samples "
-                     f"({100 * overlapping / len(test):.1f}%) repeat, up to names and sizes, loop nests the train "
-                     "split holds (section Test split); report scores on the clean part beside the whole split.")
+    from flows.reports import split_figures
+
+    ov = split_figures(samples, splits or {}, steps)["overlap"]
+    nests = (f"; nest by nest, {ov['test_nests_seen']} of the {ov['test_nests']} loop nests of the test states have "
+             "a twin in train" if ov.get("test_nests") else "")
+    if ov["test_samples"]:
+        lines.append(f"- **Structural overlap.** {ov['overlapping']} of {ov['test_samples']} test samples "
+                     f"({100 * ov['share']:.1f}%) repeat, up to names and sizes, every loop nest of their state from "
+                     f"the train split{nests} (section Test split); report scores on the clean part beside the "
+                     "whole split.")
     lines += ["- **Single steps, generated text.** A sample is one step from one state (multi-step records are "
               "in `trajectories` only); prompts and chains of thought are generated from the LEIR tree by the "
               "pipeline (deterministic templates over static analysis), not written by people, and say nothing "
