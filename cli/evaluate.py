@@ -9,7 +9,9 @@
   wrong answers.
 
 With `--json`: one JSON line per input, in input order, then `{"summary": {<check>: <rate>, ..., "n": N}}`
-(`--published` adds `"by_strategy"` to that last line). Without: Rich tables. Progress on stderr.
+(`--split test` adds `"summary_clean"`, the same rates over the test samples without structural overlap
+with the train split; `--published` adds `"by_strategy"` to that last line). Without `--json`, `--split
+test` prints both columns. Without: Rich tables. Progress on stderr.
 Exit status 0 when every line was scored (whatever the scores), 2 on bad usage.
 """
 from __future__ import annotations
@@ -39,7 +41,9 @@ def evaluate_command(
         predictions_file: Annotated[Path | None, typer.Argument(
             metavar="PREDICTIONS",
             help='JSON Lines {"id", "signature", "original_IR", "response"}; "-" reads stdin.')] = None,
-        split: Annotated[str | None, typer.Option(help="Score against this split of the lake (e.g. test).")] = None,
+        split: Annotated[str | None, typer.Option(
+            help="Score against this split of the lake (e.g. test): the whole split and its clean part (no "
+                 "structural overlap with train).")] = None,
         predictions: Annotated[Path | None, typer.Option(
             help='With --split: JSON Lines {"sample_id", "response"}.')] = None,
         published: Annotated[Path | None, typer.Option(
@@ -80,7 +84,7 @@ def evaluate_command(
     if published is not None:
         options = replace(options, bare_json=True, strategy_keys=("applied_strategy", "applied_strategies"))
     results = _run(lines, options, workers, timeout)
-    _report(results, as_json, published is not None)
+    _report(results, as_json, published is not None, _clean_ids(split, lake) if split is not None else None)
     raise typer.Exit(EXIT_OK)
 
 
@@ -110,6 +114,17 @@ def _inputs(predictions_file, split, predictions, published, lake) -> list:
     return lake_predictions(split_sources(lake, split), rows, split)
 
 
+def _clean_ids(split: str, lake: Path) -> set | None:
+    """The split's samples without structural overlap with the train split (the `structural_overlap`
+    flag of the samples table), or None when the split has no flags (the train split)."""
+    from flows.storage import structural_overlap
+
+    flags = structural_overlap(lake, split)
+    if not flags or all(v is None for v in flags.values()):
+        return None
+    return {k for k, v in flags.items() if not v}
+
+
 def _run(lines: list, options, workers: int, timeout: float) -> list:
     from contextlib import nullcontext
 
@@ -134,15 +149,17 @@ def _run(lines: list, options, workers: int, timeout: float) -> list:
             return evaluate(lines, options, pool, progress=progress)
 
 
-def _report(results: list, as_json: bool, published: bool) -> None:
+def _report(results: list, as_json: bool, published: bool, clean: set | None = None) -> None:
     from evaluation.harness import CHECKS, by_strategy, summarize
 
     summary = summarize(results)
+    clean_summary = summarize([r for r in results if r.id in clean]) if clean is not None else None
     strategies = by_strategy(results) if published else None
     if as_json:
         for r in results:
             sys.stdout.write(json.dumps(r.to_json()) + "\n")
-        last = {"summary": summary} | ({"by_strategy": strategies} if published else {})
+        last = {"summary": summary} | ({"summary_clean": clean_summary} if clean is not None else {}) | (
+            {"by_strategy": strategies} if published else {})
         sys.stdout.write(json.dumps(last) + "\n")
         sys.stdout.flush()
         return
@@ -150,10 +167,18 @@ def _report(results: list, as_json: bool, published: bool) -> None:
     from rich.table import Column, Table
 
     console = Console()
-    table = Table("check", "rate", title=f"{summary['n']} lines")
-    for name in CHECKS:
-        rate = summary[name]
-        table.add_row(name, "n/a" if rate is None else f"{rate:.1%}")
+    def fmt(rate):
+        return "n/a" if rate is None else f"{rate:.1%}"
+
+    if clean_summary is None:
+        table = Table("check", "rate", title=f"{summary['n']} lines")
+        for name in CHECKS:
+            table.add_row(name, fmt(summary[name]))
+    else:  # the whole split and its clean part (no structural overlap with the train split)
+        table = Table("check", f"whole split ({summary['n']})", f"clean part ({clean_summary['n']})",
+                      title=f"{summary['n']} lines, {clean_summary['n']} without structural overlap")
+        for name in CHECKS:
+            table.add_row(name, fmt(summary[name]), fmt(clean_summary[name]))
     console.print(table)
     statuses = Table("status", "lines")
     for status, count in sorted(Counter(r.status for r in results).items()):

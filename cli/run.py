@@ -153,8 +153,14 @@ def register(app: typer.Typer) -> None:
             except (GateFailed, ReleaseError) as e:
                 fail(str(e), code=1)
         typer.echo(f"released: {result['path']}", err=True)
+        from flows.nightly import NightlyError, commit_and_tag, dvc_env, dvc_push, record_release
+
+        try:  # dvc.lock records the release folder: `dvc status` stays clean (a tag pins it)
+            if record_release(dvc_env(), lake):
+                typer.echo("dvc.lock: the validate and release stages recorded", err=True)
+        except NightlyError as e:
+            fail(str(e), code=1)
         if tag:
-            from flows.nightly import NightlyError, commit_and_tag, dvc_env, dvc_push
 
             try:
                 typer.echo(f"tagged {commit_and_tag(version)}", err=True)

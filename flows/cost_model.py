@@ -7,7 +7,7 @@ of the new search is timed. Its ranking quality is measured the honest way, on f
 saw: a model trained on the train split's families ranks the test split's states, and
 `reports/cost_model.json` gives the Spearman correlation between predicted and measured times over
 all held-out states and within each held-out program (the ranking a search needs: states of one
-program), beside the number of rows.
+program), beside the number of rows. The split is the filter stage's (`lake/splits`), the one of the samples.
 """
 from __future__ import annotations
 
@@ -21,9 +21,8 @@ configure()
 from prefect import flow  # noqa: E402
 
 from flows.config import Params  # noqa: E402
-from flows.filtering import split_families  # noqa: E402
 from flows.measure import measuring_machine  # noqa: E402
-from flows.storage import read_table  # noqa: E402
+from flows.storage import family_splits, read_table  # noqa: E402
 from flows.tasks import say  # noqa: E402
 
 MODEL_PATH = Path("cost_model") / "model.json"
@@ -94,8 +93,7 @@ def cost_model_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
         return out
     rows = sorted(rows, key=lambda r: r["state_id"])
     features = np.vstack([program_features(parse_program(r["leir"])) for r in rows])
-    families = [p["family"] for p in read_table(lake, "programs").select(["family"]).to_pylist()]
-    split = split_families(families, params.seed, float(params.filter["test_fraction"]))
+    split = family_splits(lake)  # the filter stage's split (flows.filtering.split_families)
     quality = held_out_quality(rows, features, split, params.seed)
     info = {"machine": json.loads(rows[0]["machine"]), "target": target, "trained_on": "all timed states",
             "families": len({r["family"] for r in rows}), "held_out": quality}

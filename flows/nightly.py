@@ -84,6 +84,23 @@ def commit_and_tag(version: str, paths: tuple[str, ...] = ("dvc.lock",), root: P
     return tag
 
 
+def record_release(env: dict, lake: Path, root: Path = ROOT) -> bool:
+    """After a release written outside `dvc repro` (`steptp release --version X`): `dvc commit` the
+    validate and release stages, so that dvc.lock records the release folder it now holds (the release
+    stage's output is the whole `lake/releases`) and `dvc status` stays clean. Both stages were just
+    run by the command on the current lake, so what the lock records is what they make of it. Only
+    inside a DVC checkout whose lake is `lake`; returns whether it committed."""
+    if not (root / ".dvc").is_dir() or not (root / "dvc.yaml").exists():
+        return False
+    if Path(lake).resolve() != (root / "lake").resolve():
+        return False
+    done = subprocess.run([dvc_executable(), "commit", "--force", "--quiet", "validate", "release"], cwd=root,
+                          env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise NightlyError(f"dvc commit of the release failed: {(done.stderr or done.stdout).strip()}")
+    return True
+
+
 def dvc_push(env: dict) -> None:
     done = subprocess.run([dvc_executable(), "push", "--quiet"], cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode:

@@ -24,7 +24,7 @@ from prefect import flow  # noqa: E402
 from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
 from flows.config import Params  # noqa: E402
-from flows.storage import read_table, release_inputs, strategy_coverage  # noqa: E402
+from flows.storage import family_splits, read_table, release_inputs, strategy_coverage  # noqa: E402
 from flows.tasks import say  # noqa: E402
 
 SPLITS = ("train", "test")
@@ -85,7 +85,6 @@ class Measured:
 def measured_inputs(lake: Path, params, reports: Path | None = None) -> Measured:
     """The release's measured parts, from the `timings`, `trajectories` and cost model of `lake`."""
     from flows.cost_model import MODEL_PATH
-    from flows.filtering import split_families
     from flows.measure import preference_pairs, release_trajectories, released_effects
 
     target = params.verify["target"]
@@ -93,8 +92,7 @@ def measured_inputs(lake: Path, params, reports: Path | None = None) -> Measured
     samples = read_table(lake, "samples").to_pylist()
     per_prompt = int(params.release.get("preference_pairs_per_prompt", 4))
     pairs = preference_pairs(samples, effects, per_prompt)
-    families = read_table(lake, "programs").column("family").to_pylist()
-    split_of = split_families(families, params.seed, float(params.filter["test_fraction"]))
+    split_of = family_splits(lake)  # the samples' split (flows.filtering.split_families)
     model = Path(lake) / MODEL_PATH
     quality = None
     if reports is not None and (Path(reports) / "cost_model.json").exists():
@@ -147,13 +145,16 @@ def next_version(released: list[str], configured: str, policy: str = "patch") ->
 def make_release(lake: Path, version: str, samples: pa.Table, steps: pa.Table, params, gate: dict,
                  filter_counters: list[dict], programs: pa.Table | None = None,
                  coverage: list[dict] | None = None, measured: Measured | None = None,
+                 splits: dict[str, str] | None = None, reports: Path | None = None,
                  development_of: str | None = None) -> Path:
     """Write the release folder; refuses a version that exists or is not above the last one.
     `programs` (the released steps' programs) adds the card's shape, family and dtype sections;
     `coverage` (flows.storage.strategy_coverage) the section on strategies short of samples;
     `measured` the configs made of measurements (`measured`, `preference`, `trajectories`), the
-    card's effect sections and the offline cost model; `development_of` (a development version's
-    published release) says so on the card."""
+    card's effect sections and the offline cost model; `splits` (family -> split, `lake/splits`) the
+    card's split section (test families, coverage, structural overlap); `reports` (the reports folder)
+    the deterministic reports the card cites, copied into `reports/` (PINNED_REPORTS: a tag pins them);
+    `development_of` (a development version's published release) says so on the card."""
     parse_version(version, development=development_of is not None)
     releases = Path(lake) / "releases"
     earlier = previous_versions(releases)
@@ -185,16 +186,22 @@ def make_release(lake: Path, version: str, samples: pa.Table, steps: pa.Table, p
         _write_measured(tmp, measured, tables)
     per_strategy = dict(sorted(Tally(steps.column("strategy").to_pylist()).items()))
     shapes = _released_shapes(programs, steps, tmp / "shapes.png") if programs is not None else None
+    if reports is not None:
+        _pin_reports(Path(reports), tmp / "reports")
     info = dataset_info(tmp, tables)
     card = _card(version, params, sizes, per_strategy, gate, filter_counters, info, date, tables)
+    if splits is not None:
+        card += _split_section(samples, splits, steps)
     if development_of is not None:
         card += _development_section(version, development_of)
     if measured is not None:
         card += _measured_section(measured)
     if coverage is not None:
-        card += _coverage_section(coverage, int(params.release.get("min_samples_per_strategy", 100)))
+        card += _coverage_section(coverage, int(params.release.get("min_samples_per_strategy", 100)), filter_counters)
     if shapes is not None:
         card += _data_sections(shapes, samples, steps, tmp)
+    card += _limitations_section(params, samples, steps, programs, measured, splits)
+    card += INTENDED_USE
     (tmp / "README.md").write_text(card)
     (tmp / "CHANGELOG.md").write_text(_changelog(releases, earlier, version, sizes, per_strategy))
     _write_croissant(tmp, version, params, tables, date)
@@ -309,25 +316,162 @@ def _released_shapes(programs: pa.Table, steps: pa.Table, plot: Path) -> list[di
     return rows
 
 
-def _coverage_section(coverage: list[dict], minimum: int) -> str:
-    """The strategies released fewer than `minimum` times, and why, from the lake's own counts."""
+# What removed a strategy's steps, from the filter's counters (flows.filtering.select_steps): the
+# counter keys before and after each rule, and what the card calls the loss.
+LOSSES = (("generated", "has_verification", "{n} have no verification"),
+          ("has_verification", "verified", "{n} failed verification"),
+          ("verified", "unique", "de-duplication removed {n} (the same after-state as a step of a rarer strategy)"),
+          ("unique", "cap_per_strategy", "the cap per strategy removed {n}"),
+          ("cap_per_strategy", "cap_per_level", "the cap per level removed {n}"))
+
+
+def _coverage_section(coverage: list[dict], minimum: int, counters: list[dict] | None = None) -> str:
+    """The strategies released fewer than `minimum` times, and why: few sites, and each filter rule
+    that removed some of them (the counters' per-strategy counts, `reports/filter.json`)."""
     short = [c for c in coverage if c["released"] < minimum]
     lines = ["## Strategies with fewer than " f"{minimum} samples", ""]
     if not short:
         return "\n".join([*lines, f"None: every strategy with a site has at least {minimum} released steps.", ""])
+    stages = {c["key"]: c["per_strategy"] for c in counters or [] if c.get("key") and c.get("per_strategy") is not None}
     lines += ["| strategy | programs with a site | steps made | verified | released | why |",
               "| --- | --- | --- | --- | --- | --- |"]
     for c in short:
-        if not c["steps"]:
-            why = "no site in this profile's programs"
-        elif c["verified"] < minimum:
-            why = (f"its sites are rare: {c['steps']} steps in {c['programs']} programs at this profile, "
-                   f"{c['verified']} of them verified")
-        else:
-            why = "the filter (duplicates of one after-state keep the rarest strategy; per-level caps) kept fewer"
         counts = " | ".join(str(c[k]) for k in ("programs", "steps", "verified", "released"))
-        lines.append(f"| {c['strategy']} | {counts} | {why} |")
+        lines.append(f"| {c['strategy']} | {counts} | {_why_short(c, stages, minimum)} |")
     return "\n".join([*lines, ""])
+
+
+def _why_short(c: dict, stages: dict[str, dict], minimum: int) -> str:
+    if not c["steps"]:
+        return "no site in this profile's programs"
+    parts = []
+    if c["steps"] < minimum:
+        parts.append(f"few sites: {c['steps']} step{'s' * (c['steps'] != 1)} made in {c['programs']} "
+                     f"program{'s' * (c['programs'] != 1)}")
+    if not stages:  # counters without per-strategy counts (a filter.json of an older build)
+        if c["verified"] < c["steps"]:
+            parts.append(f"{c['steps'] - c['verified']} failed verification")
+        return "; ".join(parts) or "the filter kept fewer"
+    k = c["strategy"]
+    for before, after, what in LOSSES:
+        if before in stages and after in stages:
+            lost = stages[before].get(k, 0) - stages[after].get(k, 0)
+            if lost > 0:
+                parts.append(what.format(n=lost))
+    return "; ".join(parts) or "none lost after the steps were made"
+
+
+# The reports the card cites, copied into the release (deterministic bytes only: no timings).
+PINNED_REPORTS = ("filter.json", "gate.json", "splits.json", "strategies.json", "verification.json", "errors.json",
+                  "summary.json", "strategy_distribution.png", "verification_outcomes.png", "shapes.png")
+
+
+def _pin_reports(reports: Path, folder: Path) -> None:
+    """Copy the PINNED_REPORTS that `reports` holds into the release's `reports/`: a tag of the
+    release then pins the figures its card cites."""
+    present = [name for name in PINNED_REPORTS if (reports / name).is_file()]
+    if present:
+        folder.mkdir(parents=True, exist_ok=True)
+    for name in present:
+        shutil.copyfile(reports / name, folder / name)
+
+
+def _split_section(samples: pa.Table, splits: dict[str, str], steps: pa.Table | None = None) -> str:
+    """The test split: its families, the strategies it covers, samples per strategy, and how much of it
+    the train split has seen (structural overlap, per sample and nest by nest) with the size of the
+    clean part."""
+    from flows.reports import split_figures
+
+    fig = split_figures(samples, splits, steps)
+    ov = fig["overlap"]
+    per = fig["samples_per_strategy"]
+    lines = ["## Test split", "",
+             "Whole workload families are held out, chosen for coverage (`flows.filtering.split_families`: the "
+             "set of families, near `filter.test_fraction` of the samples, that covers the most strategies, "
+             "gives 20 test samples to the most strategies with 100 or more, and keeps a quarter of every "
+             "strategy found in two families or more in train; ties by a seeded rank), never a random share of "
+             f"samples. Test families ({len(fig['families']['test'])}): "
+             + ", ".join(f"`{f}`" for f in fig["families"]["test"]) + ".", "",
+             f"The test split covers {fig['strategies_in_test']} of the {fig['strategies_released']} released "
+             "strategies." + (" In the train split only: " + ", ".join(f"`{k}`" for k in fig["train_only"]) + "."
+                              if fig["train_only"] else "")
+             + (" In the test split only (each found in one family, held out for coverage: a model trained on the "
+                "train split never saw them): " + ", ".join(f"`{k}`" for k in fig["test_only"]) + "."
+                if fig["test_only"] else ""), "",
+             f"**Structural overlap**: {ov['overlapping']} of {ov['test_samples']} test samples "
+             f"({100 * ov['share']:.1f}%) have a before-state whose every loop nest has a twin in a train state "
+             "(before- or after-state) once tensor names, loop indices, loop extents and integer literals are "
+             "abstracted (`leir.canon.structure_hashes`); the column `structural_overlap` marks them. The clean "
+             f"part of the test split is the other **{ov['clean']}** samples; `steptp eval --split test` scores "
+             "both." + (f" Nest by nest, {ov['test_nests_seen']} of the {ov['test_nests']} loop nests of the "
+                        f"{ov['test_states']} distinct test states have a twin in train (a partial overlap the "
+                        "flag, which asks for every nest, does not count)." if "test_nests" in ov else ""), "",
+             "| strategy | train samples | test samples |", "| --- | --- | --- |",
+             *(f"| {k} | {v['train']} | {v['test']} |" for k, v in per.items()), ""]
+    return "\n".join(lines)
+
+
+def _limitations_section(params, samples: pa.Table, steps: pa.Table, programs: pa.Table | None,
+                         measured: Measured | None, splits: dict[str, str] | None = None) -> str:
+    """What the release does not show, from its own contents."""
+    from strategies.registry import get
+
+    target = params.verify["target"]
+    strategies = sorted(set(steps.column("strategy").to_pylist()))
+    gpu_only = [k for k in strategies if get(k).needs_gpu]
+    gpu_steps = sum(1 for k in steps.column("strategy").to_pylist() if k in gpu_only)
+    lines = ["## Limitations", "",
+             f"- **Verification on the CPU.** Every released step was verified by running it on target `{target}` "
+             "against the original on seeded inputs (a few draws, tolerances per dtype), not proved equivalent. "
+             + (f"{gpu_steps} steps of GPU-only strategies ({', '.join(gpu_only)}) were verified on the CPU too "
+                "(LEIR's meaning does not depend on the target); none was run on a GPU."
+                if gpu_only else "No released step is of a GPU-only strategy."),
+             "- **Effects are measurements of one machine.** The `measured`, `preference` and `trajectories` "
+             "configs and the cost model come from timings of one CPU; another machine may rank the same steps "
+             "differently. GPU-target steps have no measured effect." + ("" if measured is not None and
+                                                                           measured.machine else
+                                                                           " This release holds no timing."),
+             ]
+    if programs is not None and "program_id" in steps.column_names:
+        released = set(steps.column("program_id").to_pylist())
+        dtype_of = {p["program_id"]: p["dtype"] for p in programs.select(["program_id", "dtype"]).to_pylist()}
+        per_dtype = Tally(dtype_of.get(p) for p in steps.column("program_id").to_pylist())
+        programs_per = Tally(dtype_of[p] for p in released if p in dtype_of)
+        half = {d: (programs_per.get(d, 0), per_dtype.get(d, 0)) for d in ("float16", "bfloat16")}
+        lines.append("- **Half precision is thin.** " + "; ".join(
+            f"{d}: {n} programs, {k} of {steps.num_rows} released steps" for d, (n, k) in half.items())
+            + " (only the kinds the profile lists under `extra_dtypes`; float32 accumulators).")
+    from flows.reports import split_figures
+
+    ov = split_figures(samples, splits or {}, steps)["overlap"]
+    nests = (f"; nest by nest, {ov['test_nests_seen']} of the {ov['test_nests']} loop nests of the test states have "
+             "a twin in train" if ov.get("test_nests") else "")
+    if ov["test_samples"]:
+        lines.append(f"- **Structural overlap.** {ov['overlapping']} of {ov['test_samples']} test samples "
+                     f"({100 * ov['share']:.1f}%) repeat, up to names and sizes, every loop nest of their state from "
+                     f"the train split{nests} (section Test split); report scores on the clean part beside the "
+                     "whole split.")
+    lines += ["- **Single steps, generated text.** A sample is one step from one state (multi-step records are "
+              "in `trajectories` only); prompts and chains of thought are generated from the LEIR tree by the "
+              "pipeline (deterministic templates over static analysis), not written by people, and say nothing "
+              "measured.",
+              "- **Synthetic shapes.** Programs are traced PyTorch modules at shapes drawn under a work budget "
+              "(section Shapes): smaller than production layers, and one instance per workload at this profile.",
+              "- **The split follows coverage.** The test families were chosen so that the test split covers the "
+              "strategies; they are not a random sample of workloads, their mix differs from the train split's, "
+              "and a strategy found in one family only is in one split only (section Test split).",
+              ""]
+    return "\n".join(lines)
+
+
+INTENDED_USE = "\n".join([
+    "## Intended use", "",
+    "Supervised fine-tuning and evaluation of language models that propose one verified optimisation step "
+    "of a tensor program written in LEIR, with its reasoning (`default`, `chat`); preference tuning and "
+    "cost-model research on the measured configs, on the machine they were measured on. Score a model with "
+    "`steptp eval --split test` (whole test split and its clean part). Not a benchmark of hardware speed, "
+    "not a source of schedules for production without verifying them on the target, and not evidence "
+    "that a step is correct on a GPU.", ""])
 
 
 def _data_sections(shapes: list[dict], samples: pa.Table, steps: pa.Table, folder: Path) -> str:
@@ -463,16 +607,18 @@ def _card(version, params, sizes, per_strategy, gate, counters, info, date, tabl
              *(f"| {s} | {sizes[s]} |" for s in SPLITS), "",
              "## Steps per strategy", "", "| strategy | steps |", "| --- | --- |",
              *(f"| {k} | {v} |" for k, v in per_strategy.items()), "",
-             "## Filtering", "", "| rule | before | after |", "| --- | --- | --- |",
-             *(f"| {c['rule']} | {c['before']} | {c['after']} |" for c in counters), "",
+             "## Filtering", "", "| rule | before | after | note |", "| --- | --- | --- | --- |",
+             *(f"| {c['rule']} | {c['before']} | {c['after']} | {c.get('note', '')} |" for c in counters), "",
              "## Release gate (Great Expectations)", "",
              f"{'passed' if gate.get('success') else 'FAILED'}: {gate.get('expectations_checked', 0)} expectations.",
              "", "## Versioning", "", SEMVER_RULES, "",
              "## Files", "", "`data/{train,test}.parquet` (samples; config `default`), `data/steps.parquet` (the "
              "released steps), `chat/{train,test}.parquet` (a `messages` column: user prompt, assistant answer; "
              "config `chat`), the same as JSON Lines in `chat_jsonl/{train,test}.jsonl` for SFT tools, "
-             "`shapes.png` (the programs' shapes), `croissant.json` (Croissant metadata with sha256 of every "
-             "file), `CHANGELOG.md`; made of measurements (section below): `measured/` (config `measured`: one "
+             "`shapes.png` (the programs' shapes), `reports/` (the build's deterministic reports this card "
+             "cites: filter counters, gate, split, strategies, verification, errors, summary and their figures), "
+             "`croissant.json` (Croissant metadata with sha256 of every file), `CHANGELOG.md`; made of "
+             "measurements (section below): `measured/` (config `measured`: one "
              "row per released step with its before and after time, speedup, spread and effect), `preference/` "
              "(config `preference`: prompt, chosen, rejected), `trajectories/` (config `trajectories`: the "
              "search's multi-step records) and `cost_model.json`. Load with `datasets.load_dataset(DIR)` or "
@@ -568,7 +714,8 @@ def release_flow(raw: dict, profile: str, lake: str, reports: str, version: str 
         return {"stage": "release", "refused": "the release gate did not pass; run the validate stage"}
     counters = json.loads((Path(reports) / "filter.json").read_text())
     inputs = (read_table(lake, "samples"), steps, params, gate, counters, read_table(lake, "programs"),
-              strategy_coverage(lake, steps, params.verify["target"]), measured_inputs(lake, params, Path(reports)))
+              strategy_coverage(lake, steps, params.verify["target"]), measured_inputs(lake, params, Path(reports)),
+              family_splits(lake), Path(reports))
     existing = lake / "releases" / f"v{version}"
     if not existing.exists():
         out = make_release(lake, version, *inputs)
@@ -590,8 +737,9 @@ def release_flow(raw: dict, profile: str, lake: str, reports: str, version: str 
     return result
 
 
-# The folders of a release whose bytes are its data (the content hash of a development release).
-RELEASE_DATA_FOLDERS = ("data", "chat", "chat_jsonl", "measured", "preference", "trajectories")
+# The folders of a release whose bytes are its data (the content hash of a development release), with
+# the pinned reports its card cites.
+RELEASE_DATA_FOLDERS = ("data", "chat", "chat_jsonl", "measured", "preference", "trajectories", "reports")
 
 
 def _compare_release(existing: Path, lake: Path, version: str, inputs: tuple) -> tuple[bool, str]:

@@ -3,7 +3,8 @@
 - strategies.json: steps per strategy generated, verified and released (before/after filtering);
 - verification.json: outcomes per strategy and overall pass rate;
 - errors.json: error taxonomy (status x first words of the message);
-- splits.json: samples and families per split; summary.json: the headline numbers;
+- splits.json: samples and families per split, the strategies the test split covers, its structural
+  overlap with the train split (flows.filtering); summary.json: the headline numbers;
 - cot_templates.json: per strategy, the released CoTs and their distinct templates once numbers and
   names are abstracted (strategies.cot.template), and the median over strategies (issue 25).
 - prompt_lines.json: per prompt line kind, how far one line lifts a strategy above its base rate
@@ -24,12 +25,13 @@ configure()
 from prefect import flow  # noqa: E402
 from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
-from flows.storage import build_catalog, read_table  # noqa: E402
+from flows.storage import build_catalog, family_splits, read_table, release_inputs  # noqa: E402
 from strategies.registry import ALL_NAMES  # noqa: E402
 
 
 def build_reports(programs: pa.Table, steps: pa.Table, verifications: pa.Table, samples: pa.Table,
-                  filter_counters: list[dict], out: Path, target: str = "llvm") -> dict:
+                  filter_counters: list[dict], out: Path, splits: dict[str, str] | None = None,
+                  released_steps: pa.Table | None = None, target: str = "llvm") -> dict:
     out.mkdir(parents=True, exist_ok=True)
     # the verify stage's target (a GPU program's step may also have a CUDA row)
     status_of = {r["step_id"]: r["status"] for r in verifications.select(["step_id", "target", "status"]).to_pylist()
@@ -50,6 +52,7 @@ def build_reports(programs: pa.Table, steps: pa.Table, verifications: pa.Table, 
         if row["status"] not in ("exact", "close"):
             words = " ".join((row["error_message"] or "").split()[:6])
             errors[f"{row['status']}: {words}".strip()] += 1
+    family_split = splits or {}
     splits = Tally(samples.column("split").to_pylist())
     program_status = programs.column("verification_status").to_pylist()
     summary = {
@@ -67,7 +70,7 @@ def build_reports(programs: pa.Table, steps: pa.Table, verifications: pa.Table, 
     _dump(out / "strategies.json", strategies)
     _dump(out / "verification.json", verification)
     _dump(out / "errors.json", dict(errors.most_common()))
-    _dump(out / "splits.json", dict(sorted(splits.items())))
+    _dump(out / "splits.json", split_figures(samples, family_split, released_steps))
     leakage = line_leakage(samples.select(["prompt", "strategies"]).to_pylist())
     summary["prompt_line_excess"] = {kind: v["excess"] for kind, v in leakage.items()}
     _dump(out / "prompt_lines.json", leakage)
@@ -97,6 +100,54 @@ def cot_templates(samples: pa.Table) -> dict:
     return {"median_templates": median, "cots": len(rows),
             "templates": sum(counts),
             "strategies": per}
+
+
+# --- the split: what the test split covers and how much of it the train split has seen (issue 25) ----
+
+def nest_overlap(steps: pa.Table, splits: dict[str, str]) -> dict:
+    """Nest by nest: of the loop nests of the test split's distinct states (the released test steps'
+    before-states), how many have a twin in a train state (a released train step's before- or
+    after-state) with names and sizes abstracted (leir.canon.structure_hashes): the partial overlap
+    that a sample's `structural_overlap` flag (every nest seen) does not show."""
+    from leir.canon import structure_hashes
+    from leir.parse import parse_program
+
+    rows = steps.select(["family", "before_leir", "after_leir"]).to_pylist()
+    train = sorted({t for r in rows if splits.get(r["family"], "train") == "train" for t in (r["before_leir"],
+                                                                                             r["after_leir"])})
+    test = sorted({r["before_leir"] for r in rows if splits.get(r["family"]) == "test"})
+    seen = {h for text in train for h in structure_hashes(parse_program(text))}
+    nests = [h for text in test for h in structure_hashes(parse_program(text))]
+    return {"test_states": len(test), "test_nests": len(nests), "test_nests_seen": sum(1 for h in nests if h in seen)}
+
+
+def split_figures(samples: pa.Table, splits: dict[str, str], steps: pa.Table | None = None) -> dict:
+    """Samples per split, the families of each split, the strategies the test split covers (and those
+    it cannot: train only), samples per strategy in each split (a multi-answer sample counts for each
+    of its strategies), and the test split's structural overlap: test samples whose before-state's
+    nests all have a twin in the train split (names and sizes abstracted), and the clean rest; with the
+    released `steps` (family, before_leir, after_leir), the overlap nest by nest (`nest_overlap`)."""
+    rows = samples.select(["split", "strategies", "structural_overlap"]).to_pylist()
+    per: dict[str, Tally] = {"train": Tally(), "test": Tally()}
+    for r in rows:
+        per.setdefault(r["split"], Tally()).update(json.loads(r["strategies"]))
+    test = [r for r in rows if r["split"] == "test"]
+    overlapping = sum(1 for r in test if r["structural_overlap"])
+    released = sorted(set(per["train"]) | set(per["test"]))
+    counts = Tally(r["split"] for r in rows)
+    return {
+        "train": counts.get("train", 0), "test": counts.get("test", 0),
+        "families": {s: sorted(f for f, v in splits.items() if v == s) for s in ("train", "test")},
+        "strategies_released": len(released),
+        "strategies_in_test": sum(1 for k in released if per["test"][k]),
+        "train_only": [k for k in released if not per["test"][k]],
+        "test_only": [k for k in released if not per["train"][k]],
+        "samples_per_strategy": {k: {"train": per["train"][k], "test": per["test"][k]} for k in released},
+        "overlap": {"test_samples": len(test), "overlapping": overlapping,
+                    "share": round(overlapping / len(test), 4) if test else 0.0, "clean": len(test) - overlapping,
+                    **(nest_overlap(steps, splits) if steps is not None and {"family", "before_leir", "after_leir"}
+                       <= set(steps.column_names) else {})},
+    }
 
 
 # --- shapes: what the programs' tensors look like (issue 12) -----------------------------------------
@@ -263,10 +314,12 @@ def line_leakage(samples: list[dict], min_share: float = 0.05) -> dict[str, dict
 
 @flow(name="report", task_runner=ThreadPoolTaskRunner(max_workers=1))
 def report_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
-    lake, out = Path(lake), Path(reports)
+    from flows.config import Params
+
+    params, lake, out = Params(raw, profile), Path(lake), Path(reports)
     counters = json.loads((out / "filter.json").read_text()) if (out / "filter.json").exists() else []
     summary = build_reports(read_table(lake, "programs"), read_table(lake, "steps"),
                             read_table(lake, "verifications"), read_table(lake, "samples"), counters, out,
-                            raw["verify"]["target"])
+                            family_splits(lake), release_inputs(lake, params)[0], params.verify["target"])
     build_catalog(lake)
     return {"stage": "report", **summary}

@@ -61,7 +61,14 @@ TABLES: dict[str, TableSpec] = {t.name: t for t in (
         ("min_repeat_ms", I64), ("machine", S), ("run_id", S), ("error", S))),
     TableSpec("samples", ("sample_id",), _schema(
         ("sample_id", S), ("split", S), ("prompt", S), ("answer", S), ("step_ids", S), ("strategies", S),
-        ("prompt_tokens", I64), ("answer_tokens", I64))),
+        ("prompt_tokens", I64), ("answer_tokens", I64),
+        # issue 25: a test sample whose before-state's loop nests all have a twin (names and sizes
+        # abstracted, leir.canon.structure_hashes) in the train split's states; null in train
+        ("structural_overlap", B))),
+    # issue 25: the split of each family (the unit of the split), chosen by the filter stage for coverage
+    # (flows.filtering.split_families); every stage that holds families out reads it (`family_splits`)
+    TableSpec("splits", ("family",), _schema(
+        ("family", S), ("split", S), ("kept_steps", I64), ("strategies", S))),
     TableSpec("tokens", ("program_id",), _schema(
         ("program_id", S), ("family", S), ("leir_tokens", I64), ("tir_tokens", I64), ("tir_gpu_tokens", I64),
         ("cuda_tokens", I64), ("tokenizer", S),
@@ -376,6 +383,14 @@ def strategy_coverage(lake: Path, released: pa.Table, target: str = "llvm") -> l
     return [made[k] for k in sorted(made)]
 
 
+def family_splits(lake: Path) -> dict[str, str]:
+    """family -> 'train' | 'test', as the filter stage chose it (the `splits` table): the one split of
+    every stage that holds families out (samples, the cost model's held-out quality, the measured
+    configs). A family the table does not list (no program when the filter ran) is train."""
+    table = read_table(lake, "splits")
+    return dict(zip(table.column("family").to_pylist(), table.column("split").to_pylist(), strict=True))
+
+
 def split_sources(lake: Path, split: str) -> dict[str, tuple[object, str, str]]:
     """sample_id -> (signature as JSON object, original LEIR, prompt) for the samples of `split`: what
     a model is scored against (`steptp eval --split`). The original is the first step's before-state."""
@@ -389,6 +404,13 @@ def split_sources(lake: Path, split: str) -> dict[str, tuple[object, str, str]]:
         step = steps[json.loads(sample["step_ids"])[0]]
         out[sample["sample_id"]] = (json.loads(sigs[step["program_id"]]), step["before_leir"], sample["prompt"])
     return out
+
+
+def structural_overlap(lake: Path, split: str) -> dict[str, bool | None]:
+    """sample_id -> the sample's `structural_overlap` flag (null outside the test split), for `split`:
+    what `steptp eval --split` scores the clean part on."""
+    table = read_table(lake, "samples").select(["sample_id", "split", "structural_overlap"]).to_pylist()
+    return {r["sample_id"]: r["structural_overlap"] for r in table if r["split"] == split}
 
 
 class RowCache:

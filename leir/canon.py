@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 
 from leir.analysis import statement_sites, tensor_order
-from leir.ast import Access, Loop, Nest, Program, Stmt, Var, accesses, map_stmt
+from leir.ast import Access, Loop, Nest, Num, Program, Stmt, Var, accesses, map_stmt
 from leir.names import index_names, is_bind_name, tensor_names
 from leir.printer import format_program
 from leir.signature import Signature
@@ -112,10 +112,53 @@ def alpha_hash(program: Program, signature: Signature | None = None) -> str:
     return hashlib.sha256(canonical_text(program, signature).encode()).hexdigest()
 
 
+def structure_hashes(program: Program) -> list[str]:
+    """One hash per top-level nest, equal for nests that differ only in names and sizes: every tensor
+    name (known ones too) and loop index renamed by first occurrence, every loop's extent and start
+    set to 0, and every integer literal set to 0 (subscript offsets and strides, guards: they follow
+    from the extents). Float literals stay (they are the computation's constants). Done on the tree;
+    what the split's structural-overlap check compares (flows.filtering)."""
+    out = []
+    for nest in program.nests:
+        shape_free = _without_sizes(nest)
+        alone = Program((shape_free,))
+        fresh = tensor_names()
+        tensors = {name: next(fresh) for name in tensor_order(alone)}
+        renamed = _rename_nest(shape_free, {}, tensors, _IndexAllocator())
+        out.append(hashlib.sha256(format_program(Program((renamed,))).encode()).hexdigest())
+    return out
+
+
+def _zero_int(node):
+    return Num(0) if isinstance(node, Num) and isinstance(node.value, int) else node
+
+
+def _without_sizes(nest: Nest) -> Nest:
+    """`nest` with loop extents, starts and integer literals set to 0 (explicit stack, like _rename_nest)."""
+    def strip(stmt: Stmt) -> Stmt:
+        return map_stmt(stmt, _zero_int)
+
+    stack = [(nest, [])]
+    while True:
+        current, body = stack[-1]
+        if len(body) == len(current.body):
+            stack.pop()
+            done = Nest(tuple(Loop(lp.kind, 0, lp.var, 0) for lp in current.loops), tuple(body))
+            if not stack:
+                return done
+            stack[-1][1].append(done)
+            continue
+        item = current.body[len(body)]
+        if isinstance(item, Stmt):
+            body.append(strip(item))
+        else:
+            stack.append((item, []))
+
+
 def program_id(program: Program, signature: Signature) -> str:
     """Key of the `programs` table: canonical LEIR plus the signature (16 hex digits)."""
     text = canonical_text(program, signature) + "\n" + signature.dumps()
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-__all__ = ["known_tensors", "canonical_names", "canonical_text", "alpha_hash", "program_id"]
+__all__ = ["known_tensors", "canonical_names", "canonical_text", "alpha_hash", "program_id", "structure_hashes"]

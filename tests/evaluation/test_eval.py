@@ -251,6 +251,31 @@ def test_split_scores_against_the_lake(runner, tmp_path):
     assert summary["n"] == 4 and summary["close_pass"] == 0.25
 
 
+def test_split_scores_the_whole_split_and_its_clean_part(runner, tmp_path):
+    """Test samples marked `structural_overlap` (their nests all seen in train) are left out of the
+    clean part's scores; the whole split's scores keep them."""
+    from flows.storage import write_shard
+
+    lake = tmp_path / "lake"
+    write_shard(lake, "programs", "p", [{"program_id": "p1", "signature": json.dumps(SIG), "leir": MATMUL}])
+    write_shard(lake, "steps", "s", [{"step_id": f"s{i}", "program_id": "p1", "before_leir": MATMUL,
+                                      "after_leir": REORDERED, "strategy": "loop_reorder"} for i in (1, 2, 3)])
+    single = prompt(parse_program(MATMUL), MATMUL_SIG)
+    write_shard(lake, "samples", "x", [
+        {"sample_id": f"t{i}", "split": "test", "prompt": single, "answer": "", "step_ids": f'["s{i}"]',
+         "structural_overlap": i != 3} for i in (1, 2, 3)])
+    preds = tmp_path / "preds.jsonl"
+    preds.write_text("\n".join(json.dumps({"sample_id": f"t{i}", "response": answer(REORDERED if i < 3 else "x")})
+                               for i in (1, 2, 3)) + "\n")
+    args = ("--split", "test", "--predictions", str(preds), "--lake", str(lake), "--no-time", "--workers", "1")
+    rows = run_eval(runner, *args, "--json")
+    last = rows.pop()
+    assert last["summary"]["n"] == 3 and last["summary"]["close_pass"] == round(2 / 3, 6)
+    assert last["summary_clean"]["n"] == 1 and last["summary_clean"]["close_pass"] == 0.0  # t3 alone, wrong
+    table = runner.invoke(app, ["eval", *args])
+    assert table.exit_code == 0 and "clean part (1)" in table.stdout and "whole split (3)" in table.stdout
+
+
 # --- the published release ------------------------------------------------------------------------
 
 def test_published_sample_is_re_verified_per_strategy(runner):

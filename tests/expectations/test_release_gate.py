@@ -32,7 +32,8 @@ def release(n=6):
                       "exactness": "exact", "status": "exact", "family": f"fam{i % 3}"})
         samples.append({"sample_id": f"x{i}", "split": "test" if i % 3 == 0 else "train", "prompt": "p",
                         "answer": answer(t).replace("loop_parallelization", s), "step_ids": json.dumps([f"s{i}"]),
-                        "strategies": json.dumps([s]), "prompt_tokens": 1, "answer_tokens": 1})
+                        "strategies": json.dumps([s]), "prompt_tokens": 1, "answer_tokens": 1,
+                        "structural_overlap": (i % 2 == 0) if i % 3 == 0 else None})
     return pd.DataFrame(samples), pd.DataFrame(steps), strategies
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from flows.config import load_params
 from flows.filtering import assemble_samples, select_steps, split_families
+from flows.keys import rank
 from flows.storage import to_arrow
 from leir import Signature, parse_program
 from strategies.base import Context
@@ -122,11 +123,91 @@ def test_a_failed_cuda_verification_drops_the_step(params):
 
 
 def test_family_split_holds_out_whole_families():
-    split = split_families(["b", "a", "c", "a", "d", "e"], seed=0, test_fraction=0.2)
+    counts = {f: {"loop_split": 5} for f in ("a", "b", "c", "d", "e")}
+    split = split_families(counts, seed=0, test_fraction=0.2)
     assert sorted(split) == ["a", "b", "c", "d", "e"]
     assert list(split.values()).count("test") == 1
-    assert split == split_families(["e", "d", "c", "b", "a"], seed=0, test_fraction=0.2)
-    assert split_families(["only"], 0, 0.5) == {"only": "train"}
+    assert split == split_families(dict(reversed(list(counts.items()))), seed=0, test_fraction=0.2)
+    assert split_families({"only": {"loop_split": 3}}, 0, 0.5) == {"only": "train"}
+
+
+def _split_figures(counts, split):
+    total, test, where = {}, {}, {}
+    for f, per in counts.items():
+        for k, n in per.items():
+            if n:
+                total[k] = total.get(k, 0) + n
+                where[k] = where.get(k, 0) + 1
+                if split[f] == "test":
+                    test[k] = test.get(k, 0) + n
+    return total, test, where
+
+
+@pytest.mark.parametrize("n_families", [12, 30])  # every subset scored; a greedy cover above EXACT_FAMILIES
+def test_family_split_covers_the_strategies_and_keeps_them_in_train(n_families):
+    """Strategies spread over the families: the test split covers each, with MIN_TEST_SAMPLES of the
+    large ones, near the test fraction, while train keeps TRAIN_KEEPS of every strategy found in two
+    families or more; the old rule (a seeded rank of the names only) covers fewer."""
+    import math
+    import random
+
+    from flows.filtering import EXACT_FAMILIES, LARGE_STRATEGY, MIN_TEST_SAMPLES, SHARE_SLACK, TRAIN_KEEPS
+
+    assert 12 <= EXACT_FAMILIES < 30
+    rng = random.Random(n_families)
+    strategies = [f"s{i}" for i in range(30)]
+    counts = {f"fam{i:02d}": {k: rng.choice([0, 0, 0, 0, 1, 3, 12, 30]) for k in strategies}
+              for i in range(n_families)}
+    counts["empty"] = {}
+    split = split_families(counts, seed=0, test_fraction=0.2)
+    assert split["empty"] == "train"
+    total, test, where = _split_figures(counts, split)
+    for k, n in total.items():
+        if where[k] > 1:
+            assert n - test.get(k, 0) >= max(1, math.ceil(TRAIN_KEEPS * n)), k
+    share = sum(test.values()) / sum(total.values())
+    assert abs(share - 0.2) <= SHARE_SLACK * 0.2 + 1e-9
+    covered = sum(1 for k in total if test.get(k))
+    assert covered >= 28
+    large = [k for k, n in total.items() if n >= LARGE_STRATEGY]
+    assert all(test.get(k) for k in large)
+    assert 3 * sum(1 for k in large if test[k] >= MIN_TEST_SAMPLES) >= 2 * len(large)  # coverage comes first
+    ranked = sorted(counts, key=lambda f: rank(0, "split", f))
+    old = {f: ("test" if i < math.ceil(0.2 * len(ranked)) else "train") for i, f in enumerate(ranked)}
+    assert covered >= sum(1 for k, n in _split_figures(counts, old)[1].items() if n)
+    assert split == split_families(dict(sorted(counts.items(), reverse=True)), seed=0, test_fraction=0.2)
+
+
+def test_a_strategy_of_one_family_goes_where_its_family_goes():
+    """Covering a strategy found in one family only makes it test-only; one of two families keeps it in train."""
+    counts = {"a": {"common": 5, "solo": 3}, "c": {"common": 6, "pair": 2}, "d": {"common": 6, "pair": 2},
+              **{f: {"common": 10} for f in "befgh"}}
+    split = split_families(counts, seed=0, test_fraction=0.2)
+    assert split["a"] == "test"  # covers solo: test-only, the card says so
+    assert [split["c"], split["d"]].count("test") == 1  # pair covered, and kept in train
+
+
+def test_structural_overlap_abstracts_names_and_sizes():
+    from flows.filtering import overlapping_states
+
+    train = {"L^{8}_{a=0}[D^{f32,g}_{a}=A^{f32,g}_{a}+C^{f32,g}_{a};];"}
+    same_shape_free = "L^{32}_{c=0}[G^{f32,g}_{c}=E^{f32,g}_{c}+F^{f32,g}_{c};];"
+    other_op = "L^{8}_{a=0}[D^{f32,g}_{a}=A^{f32,g}_{a}*C^{f32,g}_{a};];"
+    half_seen = same_shape_free + other_op
+    flags = overlapping_states(train, {same_shape_free, other_op, half_seen})
+    assert flags == {same_shape_free: True, other_op: False, half_seen: False}
+
+
+def test_nest_overlap_counts_the_partial_overlap():
+    from flows.reports import nest_overlap
+
+    add = "L^{8}_{a=0}[D^{f32,g}_{a}=A^{f32,g}_{a}+C^{f32,g}_{a};];"
+    mul = "L^{16}_{c=0}[G^{f32,g}_{c}=E^{f32,g}_{c}*F^{f32,g}_{c};];"
+    add_big = add.replace("L^{8}", "L^{64}")
+    steps = pa.table({"family": ["tr", "te", "te"], "before_leir": [add, add_big + mul, add_big + mul],
+                      "after_leir": [add, mul, mul]})
+    assert nest_overlap(steps, {"tr": "train", "te": "test"}) == {"test_states": 1, "test_nests": 2,
+                                                                 "test_nests_seen": 1}
 
 
 def test_token_counts_are_qwen_ids():

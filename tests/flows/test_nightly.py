@@ -198,3 +198,40 @@ def test_a_run_cancelled_while_another_runs_leaves_its_record_alone(lake):
     _record_final_state(None, a_run("next-night"), Cancelled(message="cancelled by hand"))
     record = read_record(lake)  # the last run was final: a later run's end is the news
     assert record["flow_run_name"] == "next-night" and record["state"] == "Cancelled"
+
+
+@pytest.mark.slow
+def test_an_explicit_release_records_itself_so_dvc_status_stays_clean(tmp_path):
+    """`steptp release --version X` writes a release folder outside `dvc repro`; the release stage's
+    output is the whole lake/releases, so the lock is stale until `record_release` commits the stages."""
+    from flows.nightly import record_release
+
+    repo = git_repo(tmp_path / "p")
+    (repo / "lake" / "samples").mkdir(parents=True)
+    (repo / "lake" / "samples" / "part-0.parquet").write_text("rows")
+    (repo / ".gitignore").write_text("/lake/releases/\n/.dvc-site/\n/reports/\n")
+    stages = {"validate": {"cmd": "mkdir -p reports && echo ok > reports/gate.json", "deps": ["lake/samples"],
+                           "outs": [{"reports/gate.json": {"cache": False}}]},
+              "release": {"cmd": "mkdir -p lake/releases/v0.1.0 && cp lake/samples/* lake/releases/v0.1.0/",
+                          "deps": ["lake/samples", "reports/gate.json"],
+                          "outs": [{"lake/releases": {"persist": True}}]}}
+    (repo / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
+    run([DVC, "init", "-q"], repo)
+    commit_all(repo)
+    run([DVC, "repro", "-q"], repo)
+
+    def clean() -> bool:
+        return json.loads(run([DVC, "status", "--json"], repo)) == {}
+
+    assert clean()
+    (repo / "lake" / "releases" / "v0.3.0").mkdir()  # what an explicit release writes beside the others
+    (repo / "lake" / "releases" / "v0.3.0" / "part-0.parquet").write_text("rows")
+    assert not clean()
+    env = dict(os.environ, DVC_NO_ANALYTICS="1", DVC_SITE_CACHE_DIR=str(repo / ".dvc-site"))
+    assert not record_release(env, tmp_path / "elsewhere", root=repo)  # another lake: DVC does not track it
+    assert not clean()
+    assert record_release(env, repo / "lake", root=repo)
+    assert clean()
+    run([DVC, "repro", "-q"], repo)  # and a repro afterwards keeps both releases
+    assert sorted(p.name for p in (repo / "lake" / "releases").iterdir()) == ["v0.1.0", "v0.3.0"]
+    assert clean()

@@ -232,3 +232,70 @@ def test_a_development_version_leads_to_the_next_patch(published, earlier, expec
     with pytest.raises(ReleaseError, match="semantic versioning"):
         parse_version(version)  # never taken for a published version
     assert parse_version(version, development=True) > parse_version(published)
+
+
+def test_card_attributes_losses_to_the_rule_that_removed_them(tmp_path):
+    """Steps of one program state that give one result: de-duplication keeps one of them; the card says
+    so for the strategies it removed, not that their sites are rare; a cap that kept all says it did not bind."""
+    from flows.storage import strategy_coverage, write_shard
+
+    params = load_params(overrides={"filter": {"multi_answer_fraction": 0.0, "test_fraction": 0.34}})
+    programs, steps, verifs = tables()
+    rows = steps.to_pylist()
+    for r in rows:
+        r["after_program_id"] = "same-" + r["program_id"]  # the four strategies of a program give one result
+    steps = to_arrow("steps", rows)
+    kept, counters = select_steps(programs, steps, verifs, params)
+    rules = {c.key: c for c in counters}
+    assert rules["unique"].after == 6 and sum(rules["unique"].per_strategy.values()) == 6
+    assert rules["cap_per_strategy"].note.startswith("did not bind")  # 400 per strategy, at most 6 here
+    samples, _ = assemble_samples(kept, programs, params, count_tokens=len)
+    lake = tmp_path / "lake"
+    write_shard(lake, "steps", "all", steps.to_pylist())
+    write_shard(lake, "verifications", "all", verifs.to_pylist())
+    released = kept.select(["step_id", "program_id", "strategy", "after_leir"])
+    out = make_release(lake, "0.1.0", to_arrow("samples", samples), released, params, {"success": True},
+                       [c.to_json() for c in counters], coverage=strategy_coverage(lake, released))
+    card = (out / "README.md").read_text()
+    section = card[card.index("## Strategies with fewer than 100 samples"):]
+    for strategy, n in rules["verified"].per_strategy.items():
+        lost = n - rules["unique"].per_strategy.get(strategy, 0)
+        line = next(x for x in section.splitlines() if x.startswith(f"| {strategy} |"))
+        assert "few sites: 6 steps made in 6 programs" in line
+        assert (f"de-duplication removed {lost} " in line) == (lost > 0)
+    assert "| cap per strategy (easy strategies down-weighted) | 6 | 6 | did not bind" in card
+
+
+def test_card_names_the_test_families_limitations_and_pins_the_reports(tmp_path, inputs):
+    params, samples, _, counters = inputs
+    programs, steps, verifs = tables()
+    kept, _ = select_steps(programs, steps, verifs, params)
+    released = kept.select(["step_id", "program_id", "strategy", "after_leir"])
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (reports / "filter.json").write_text(json.dumps([c.to_json() for c in counters]) + "\n")
+    (reports / "splits.json").write_text('{"train": 1}\n')
+    (reports / "cost_model.json").write_text('{"wall_s": 1.5}\n')  # timings: never pinned
+    split = {"fam0": "train", "fam1": "test", "fam2": "train"}
+
+    def release(lake):
+        return make_release(lake, "0.1.0", samples, released, params, {"success": True},
+                            [c.to_json() for c in counters], programs, splits=split, reports=reports)
+
+    out = release(tmp_path / "lake")
+    card = (out / "README.md").read_text()
+    for section in ("## Test split", "## Limitations", "## Intended use"):
+        assert section in card
+    test_rows = [r for r in samples.to_pylist() if r["split"] == "test"]
+    overlapping = sum(1 for r in test_rows if r["structural_overlap"])
+    assert "Test families (1): `fam1`." in card
+    assert f"{overlapping} of {len(test_rows)} test samples" in card
+    assert f"The clean part of the test split is the other **{len(test_rows) - overlapping}** samples" in card
+    assert "verified on the CPU too" in card or "No released step is of a GPU-only strategy" in card
+    assert sorted(p.name for p in (out / "reports").iterdir()) == ["filter.json", "splits.json"]
+    assert (out / "reports" / "splits.json").read_bytes() == (reports / "splits.json").read_bytes()
+    listed = {d["contentUrl"] for d in json.loads((out / "croissant.json").read_text())["distribution"]}
+    assert {"reports/filter.json", "reports/splits.json"} <= listed
+    again = release(tmp_path / "again")
+    files = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
+    assert all((out / f).read_bytes() == (again / f).read_bytes() for f in files)  # byte-identical rebuild
