@@ -235,3 +235,11 @@ def test_an_explicit_release_records_itself_so_dvc_status_stays_clean(tmp_path):
     run([DVC, "repro", "-q"], repo)  # and a repro afterwards keeps both releases
     assert sorted(p.name for p in (repo / "lake" / "releases").iterdir()) == ["v0.1.0", "v0.3.0"]
     assert clean()
+
+
+def test_dvc_accepts_the_pipeline_file():
+    """DVC's own schema check of dvc.yaml (a metric without its options broke `make run` once)."""
+    out = subprocess.run([DVC, "stage", "list"], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    stages = [line.split()[0] for line in out.stdout.splitlines() if line.strip()]
+    assert stages == list(yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"])
