@@ -1,4 +1,4 @@
-"""Distinct CoT templates per strategy (numbers and names abstracted, strategies.cot.template) in the
+"""Distinct CoT templates per strategy (numbers and names abstracted, flows.reports.template) in the
 released samples of one or two lakes: `python benchmarks/bench_cot_templates.py LAKE [BASELINE_LAKE]`.
 Prints per strategy the CoTs and templates (and the baseline's, when given), then the medians; and,
 to show that the variety is not only the list of options, the median once the `Options:` and `By the

@@ -6,13 +6,14 @@
 - splits.json: samples and families per split, the strategies the test split covers, its structural
   overlap with the train split (flows.filtering); summary.json: the headline numbers;
 - cot_templates.json: per strategy, the released CoTs and their distinct templates once numbers and
-  names are abstracted (strategies.cot.template), and the median over strategies (issue 25).
+  names are abstracted (`template`), and the median over strategies (issue 25).
 - prompt_lines.json: per prompt line kind, how far one line lifts a strategy above its base rate
   (`line_leakage`, issue 25).
 """
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter as Tally
 from pathlib import Path
 
@@ -87,8 +88,6 @@ def build_reports(programs: pa.Table, steps: pa.Table, verifications: pa.Table, 
 def cot_templates(samples: pa.Table) -> dict:
     """Distinct CoT templates per strategy over the released samples (each option of a multi-answer
     sample counts for its strategy), and their median over the 43 strategies (0 for one without CoTs)."""
-    from strategies.cot import template_counts, thoughts
-
     rows = []
     for answer, strategies in zip(samples.column("answer").to_pylist(), samples.column("strategies").to_pylist(),
                                   strict=True):
@@ -100,6 +99,71 @@ def cot_templates(samples: pa.Table) -> dict:
     return {"median_templates": median, "cots": len(rows),
             "templates": sum(counts),
             "strategies": per}
+
+
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*(?:e[+-]?\d+)?")
+_OPTION = re.compile(r"^Option \d+:$", re.M)
+
+
+def thoughts(answer_text: str, strategies: list[str]) -> list[tuple[str, str]]:
+    """(strategy, think text) per option of a released answer (one for a single-answer sample)."""
+    from strategies.cot import split_answer
+
+    text, _ = split_answer(answer_text)
+    parts = [p.strip("\n") for p in _OPTION.split(text)] if len(strategies) > 1 else [text]
+    parts = [p for p in parts if p]
+    return list(zip(strategies, parts, strict=False))
+
+
+def template(think_text: str) -> str:
+    """The think text with the quoted nests dropped, every LEIR superscript and subscript removed,
+    the quoted programs' tensor and loop names replaced by `<name>` and numbers by `N`."""
+    from leir.analysis import iter_nests, tensor_order
+    from leir.errors import LeirError
+    from leir.parse import parse_program
+
+    names: set[str] = set()
+    kept = []
+    for line in think_text.splitlines():
+        if line.startswith("  nest ") and ": " in line:
+            try:
+                program = parse_program(line.split(": ", 1)[1])
+            except (LeirError, ValueError):
+                continue
+            names.update(tensor_order(program))
+            names.update(lp.var for nest, _ in iter_nests(program) for lp in nest.loops)
+            continue
+        kept.append(line)
+    text = _without_scripts("\n".join(kept))
+    if names:
+        words = "|".join(re.escape(n) for n in sorted(names, key=lambda n: (-len(n), n)))
+        text = re.sub(rf"\b(?:{words})\b", "<name>", text)
+    return _NUMBER.sub("N", text)
+
+
+def _without_scripts(text: str) -> str:
+    """`text` without the `^{...}` and `_{...}` groups of LEIR accesses (braces balanced)."""
+    out, i = [], 0
+    while i < len(text):
+        if text.startswith(("^{", "_{"), i):
+            depth, i = 1, i + 2
+            while i < len(text) and depth:
+                depth += {"{": 1, "}": -1}.get(text[i], 0)
+                i += 1
+            continue
+        out.append(text[i])
+        i += 1
+    return "".join(out)
+
+
+def template_counts(rows: list[tuple[str, str]]) -> dict[str, dict[str, int]]:
+    """{strategy: {"cots", "templates"}} over (strategy, think text) pairs, strategies sorted."""
+    seen: dict[str, set[str]] = {}
+    cots: Tally = Tally()
+    for strategy, text in rows:
+        seen.setdefault(strategy, set()).add(template(text))
+        cots[strategy] += 1
+    return {s: {"cots": cots[s], "templates": len(seen[s])} for s in sorted(seen)}
 
 
 # --- the split: what the test split covers and how much of it the train split has seen (issue 25) ----

@@ -100,6 +100,47 @@ def loop_bounds(loops) -> dict[str, tuple[int, int]]:
 
 # --- integer ranges of index expressions -----------------------------------------------------------
 
+def element_bytes(code: str) -> int:
+    """Bytes of one element of a LEIR dtype code (`f32` -> 4, `bool` -> 1)."""
+    digits = "".join(ch for ch in code if ch.isdigit())
+    return max(int(digits) // 8, 1) if digits else 1
+
+
+def tensor_boxes(program: Program) -> dict[str, tuple[int, ...] | None]:
+    """Each tensor's shape as the bounding box of every access to it, known tensors included (None:
+    ranks differ); a subscript that is not affine does not widen the box."""
+    boxes: dict[str, list[int] | None] = {}
+    for site in statement_sites(program):
+        bounds = site.bounds
+        for acc in (*accesses(site.stmt.lhs), *accesses(site.stmt.rhs)):
+            box = boxes.setdefault(acc.tensor, [1] * len(acc.indices))
+            if box is None or len(box) != len(acc.indices):
+                boxes[acc.tensor] = None
+                continue
+            for d, ix in enumerate(acc.indices):
+                form = affine_form(ix)
+                if form is not None:
+                    hi = form[1] + sum(c * bounds[v][1 if c > 0 else 0] for v, c in form[0].items() if v in bounds)
+                    box[d] = max(box[d], hi + 1)
+    return {k: tuple(v) if v is not None else None for k, v in boxes.items()}
+
+
+def access_strides(shape: tuple[int, ...] | None, acc: Access) -> dict[str, int] | None:
+    """Element stride of `acc` per loop variable (row-major); None for a gather or an unknown shape."""
+    if shape is None or len(shape) != len(acc.indices):
+        return None
+    out: dict[str, int] = {}
+    step = 1
+    for extent, ix in zip(reversed(shape), reversed(acc.indices), strict=True):
+        form = affine_form(ix)
+        if form is None:
+            return None
+        for var, c in form[0].items():
+            out[var] = out.get(var, 0) + c * step
+        step *= max(int(extent), 1)
+    return out
+
+
 def affine_form(expr) -> tuple[dict[str, int], int] | None:
     """`expr` as ({var: coefficient}, constant) when it is affine in loop variables, else None."""
     return _ranges(expr, None)[0]

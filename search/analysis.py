@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from leir.analysis import affine_form, is_update, lhs_vars, statement_sites
+from leir.analysis import access_strides, element_bytes, is_update, lhs_vars, statement_sites, tensor_boxes
 from leir.ast import Access, BinOp, Call, Compare, Neg, Program, Select, accesses, children, walk_expr
 
 
@@ -72,49 +72,6 @@ CALL_COST = {"exp": 20.0, "log": 20.0, "erf": 24.0, "sqrt": 6.0, "abs": 1.0, "ma
              "fast_exp": 10.0}
 SCALAR_CALLS = ("exp", "log", "erf")        # scalar library calls: LLVM does not vectorise them
 LEVEL_CYCLES = (0.5, 3.0, 10.0)            # a cache line from L1, L2, beyond
-
-
-def element_bytes(dtype: str) -> int:
-    digits = "".join(ch for ch in dtype if ch.isdigit())
-    return max(int(digits) // 8, 1) if digits else 1
-
-
-def tensor_shapes(program: Program) -> dict[str, tuple[int, ...] | None]:
-    """Each tensor's shape from the bounding box of its accesses (known tensors included); None for a
-    tensor accessed with different ranks."""
-    shapes: dict[str, list[int] | None] = {}
-    for site in statement_sites(program):
-        bounds = site.bounds
-        for acc in (*accesses(site.stmt.lhs), *accesses(site.stmt.rhs)):
-            box = shapes.get(acc.tensor, [1] * len(acc.indices))
-            if box is None or len(box) != len(acc.indices):
-                shapes[acc.tensor] = None
-                continue
-            for d, ix in enumerate(acc.indices):
-                form = affine_form(ix)
-                if form is None:
-                    continue
-                hi = form[1] + sum(c * (bounds[v][1] if c > 0 else bounds[v][0])
-                                   for v, c in form[0].items() if v in bounds)
-                box[d] = max(box[d], hi + 1)
-            shapes[acc.tensor] = box
-    return {k: tuple(v) if v is not None else None for k, v in shapes.items()}
-
-
-def access_strides(shape: tuple[int, ...] | None, acc: Access) -> dict[str, int] | None:
-    """Element stride of `acc` per loop variable (row-major); None for a gather or an unknown shape."""
-    if shape is None or len(shape) != len(acc.indices):
-        return None
-    out: dict[str, int] = {}
-    step = 1
-    for extent, ix in zip(reversed(shape), reversed(acc.indices), strict=True):
-        form = affine_form(ix)
-        if form is None:
-            return None
-        for var, c in form[0].items():
-            out[var] = out.get(var, 0) + c * step
-        step *= max(int(extent), 1)
-    return out
 
 
 def _value_nodes(expr):
@@ -233,7 +190,7 @@ def _parallelism(loops, machine: Machine) -> tuple[float, int]:
 
 def estimate_cycles(program: Program, machine: Machine = DEFAULT_MACHINE) -> float:
     """Estimated cycles of one run of `program` (see the module's docstring)."""
-    shapes = tensor_shapes(program)
+    shapes = tensor_boxes(program)
     total = 0.0
     regions: dict[tuple, int] = {}
     for site in statement_sites(program):

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from leir.analysis import affine_form, statement_sites
-from leir.ast import Access, Call, Program, accesses, walk_expr
+from leir.analysis import access_strides, element_bytes, statement_sites, tensor_boxes
+from leir.ast import Call, Program, accesses, walk_expr
 from search.analysis import DEFAULT_MACHINE, Machine, log2_speedup
 from search.drivers import Action, Node, Policy
 from strategies.base import Context
@@ -40,28 +40,6 @@ FEATURE_NAMES: tuple[str, ...] = (
 )
 
 
-def _strides(shape: tuple[int, ...] | None, acc: Access) -> dict[str, int] | None:
-    """Element stride of `acc` per loop variable (row-major); None for a gather or unknown shape."""
-    if shape is None or len(shape) != len(acc.indices):
-        return None
-    out: dict[str, int] = {}
-    step = 1
-    for extent, ix in zip(reversed(shape), reversed(acc.indices), strict=True):
-        form = affine_form(ix)
-        if form is None:
-            return None
-        for var, c in form[0].items():
-            out[var] = out.get(var, 0) + c * step
-        step *= max(int(extent), 1)
-    return out
-
-
-def _bits(code: str) -> int:
-    """Bits of a LEIR dtype code (`f32` -> 32, `bool` -> 8); float16 and float64 cost differently."""
-    digits = "".join(ch for ch in code if ch.isdigit())
-    return int(digits) if digits else 8
-
-
 def _stride_class(stride: int | None) -> str:
     if stride is None:
         return "irregular"
@@ -69,31 +47,10 @@ def _stride_class(stride: int | None) -> str:
     return "zero" if s == 0 else "unit" if s == 1 else "small" if s <= 16 else "large"
 
 
-def _shapes(program: Program) -> dict[str, tuple[int, ...] | None]:
-    """Each tensor's shape from the bounding box of its accesses (known tensors included)."""
-    shapes: dict[str, list[int] | None] = {}
-    for site in statement_sites(program):
-        bounds = site.bounds
-        for acc in (*accesses(site.stmt.lhs), *accesses(site.stmt.rhs)):
-            box = shapes.get(acc.tensor, [1] * len(acc.indices))
-            if box is None or len(box) != len(acc.indices):
-                shapes[acc.tensor] = None
-                continue
-            for d, ix in enumerate(acc.indices):
-                form = affine_form(ix)
-                if form is None:
-                    continue
-                hi = form[1] + sum(c * (bounds[v][1] if c > 0 else bounds[v][0])
-                                   for v, c in form[0].items() if v in bounds)
-                box[d] = max(box[d], hi + 1)
-            shapes[acc.tensor] = box
-    return {k: tuple(v) if v is not None else None for k, v in shapes.items()}
-
-
 def program_features(program: Program) -> np.ndarray:
     """The feature vector of a program (order: FEATURE_NAMES)."""
     sites = statement_sites(program)
-    shapes = _shapes(program)
+    shapes = tensor_boxes(program)
     f = dict.fromkeys(FEATURE_NAMES, 0.0)
     total = sum(math.prod(lp.extent for lp in s.loops) for s in sites) or 1
     f["log_iterations"] = math.log2(total)
@@ -114,7 +71,7 @@ def program_features(program: Program) -> np.ndarray:
         f["n_loops"] += w * len(loops)
         accs = [*accesses(s.stmt.lhs), *accesses(s.stmt.rhs)]
         f["local_accumulator"] += w * float(s.stmt.lhs.scope == "l")
-        f["element_bits"] += w * _bits(s.stmt.lhs.dtype)
+        f["element_bits"] += w * 8 * element_bytes(s.stmt.lhs.dtype)
         f["local_accesses"] += w * sum(a.scope == "l" for a in accs)
         calls = [n for n in walk_expr(s.stmt.rhs) if isinstance(n, Call)]
         f["exp_calls"] += w * sum(c.fn == "exp" for c in calls)
@@ -124,9 +81,9 @@ def program_features(program: Program) -> np.ndarray:
         # Data one pass of the two innermost loops touches (a proxy for the working set of a tile).
         inner = loops[-2:]
         f["log_footprint"] += w * math.log2(max(1, sum(
-            math.prod(lp.extent for lp in inner if (_strides(shapes.get(a.tensor), a) or {}).get(lp.var, 0))
+            math.prod(lp.extent for lp in inner if (access_strides(shapes.get(a.tensor), a) or {}).get(lp.var, 0))
             for a in accs)))
-        strides = [_strides(shapes.get(a.tensor), a) for a in accs]
+        strides = [access_strides(shapes.get(a.tensor), a) for a in accs]
         for k in range(INNER_LOOPS):
             if k >= len(loops):
                 break

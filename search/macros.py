@@ -25,9 +25,9 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from leir.analysis import is_update, lhs_vars, reduction_op
+from leir.analysis import access_strides, is_update, lhs_vars, reduction_op, tensor_boxes
 from leir.ast import Program, Stmt, Var, accesses
-from search.analysis import DEFAULT_MACHINE, Machine, access_strides, tensor_shapes
+from search.analysis import DEFAULT_MACHINE, Machine
 from strategies.base import Context, Site, Transformation
 from strategies.registry import get
 
@@ -95,7 +95,7 @@ class Contraction:
 
 def contractions(program: Program) -> list[Contraction]:
     """Accumulation nests a micro-kernel applies to, heaviest first."""
-    shapes = tensor_shapes(program)
+    shapes = tensor_boxes(program)
     out = []
     for n, nest in enumerate(program.nests):
         if len(nest.body) != 1 or not isinstance(nest.body[0], Stmt):
@@ -286,7 +286,7 @@ def _micro_kernel_steps(b: _Builder, con: Contraction, rows: int, cols: int, pac
 def _relay(b: _Builder, con: Contraction, factor: int) -> bool:
     """A packed copy of the reused operand along the columns' dimension (blocks of `factor`), or a
     transposed copy that makes that dimension the contiguous one."""
-    shape = tensor_shapes(b.program).get(con.reused)
+    shape = tensor_boxes(b.program).get(con.reused)
     if shape is None:
         return False
     def where(site: Site) -> bool:
@@ -319,7 +319,7 @@ def row_kernels(ctx: Context, machine: Machine = DEFAULT_MACHINE) -> list[Macro]
     """Every top-level nest of enough work: its outer loop parallel, its innermost loop vectorised."""
     from search.analysis import statement_cost
 
-    shapes = tensor_shapes(ctx.program)
+    shapes = tensor_boxes(ctx.program)
     b = _Builder(ctx)
     costs = {}
     from leir.analysis import statement_sites
@@ -382,7 +382,7 @@ def _vectorise_and_parallelise(b: _Builder, n: int, machine: Machine) -> None:
 
 def _walks_contiguously(program: Program, stmt: Stmt, var: str) -> bool:
     """Every access of the statement has stride 0 or 1 along `var` (vector lanes without gathers)."""
-    shapes = tensor_shapes(program)
+    shapes = tensor_boxes(program)
     for acc in (stmt.lhs, *accesses(stmt.rhs)):
         st = access_strides(shapes.get(acc.tensor), acc)
         if st is None or abs(st.get(var, 0)) > 1:

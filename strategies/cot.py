@@ -20,7 +20,6 @@ only. The answer is the published format:
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
@@ -434,65 +433,3 @@ def combine_answers(answers: list[str]) -> str:
 
 
 # --- templates: how many distinct CoTs a strategy has once numbers and names are abstracted ----------
-
-_NUMBER = re.compile(r"\d+(?:[.,]\d+)*(?:e[+-]?\d+)?")
-_OPTION = re.compile(r"^Option \d+:$", re.M)
-
-
-def thoughts(answer_text: str, strategies: list[str]) -> list[tuple[str, str]]:
-    """(strategy, think text) per option of a released answer (one for a single-answer sample)."""
-    text, _ = split_answer(answer_text)
-    parts = [p.strip("\n") for p in _OPTION.split(text)] if len(strategies) > 1 else [text]
-    parts = [p for p in parts if p]
-    return list(zip(strategies, parts, strict=False))
-
-
-def template(think_text: str) -> str:
-    """The think text with the quoted nests dropped, every LEIR superscript and subscript removed,
-    the quoted programs' tensor and loop names replaced by `<name>` and numbers by `N`."""
-    from leir.analysis import iter_nests, tensor_order
-    from leir.errors import LeirError
-    from leir.parse import parse_program
-
-    names: set[str] = set()
-    kept = []
-    for line in think_text.splitlines():
-        if line.startswith("  nest ") and ": " in line:
-            try:
-                program = parse_program(line.split(": ", 1)[1])
-            except (LeirError, ValueError):
-                continue
-            names.update(tensor_order(program))
-            names.update(lp.var for nest, _ in iter_nests(program) for lp in nest.loops)
-            continue
-        kept.append(line)
-    text = _without_scripts("\n".join(kept))
-    if names:
-        words = "|".join(re.escape(n) for n in sorted(names, key=lambda n: (-len(n), n)))
-        text = re.sub(rf"\b(?:{words})\b", "<name>", text)
-    return _NUMBER.sub("N", text)
-
-
-def _without_scripts(text: str) -> str:
-    """`text` without the `^{...}` and `_{...}` groups of LEIR accesses (braces balanced)."""
-    out, i = [], 0
-    while i < len(text):
-        if text.startswith(("^{", "_{"), i):
-            depth, i = 1, i + 2
-            while i < len(text) and depth:
-                depth += {"{": 1, "}": -1}.get(text[i], 0)
-                i += 1
-            continue
-        out.append(text[i])
-        i += 1
-    return "".join(out)
-
-
-def template_counts(rows: list[tuple[str, str]]) -> dict[str, dict[str, int]]:
-    """{strategy: {"cots", "templates"}} over (strategy, think text) pairs, strategies sorted."""
-    seen: dict[str, set[str]] = {}
-    cots: Counter = Counter()
-    for strategy, text in rows:
-        seen.setdefault(strategy, set()).add(template(text))
-        cots[strategy] += 1
-    return {s: {"cots": cots[s], "templates": len(seen[s])} for s in sorted(seen)}

@@ -26,16 +26,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from leir.analysis import affine_form, is_update, lhs_vars, statement_sites
+from leir.analysis import access_strides, element_bytes, is_update, lhs_vars, statement_sites, tensor_boxes
 from leir.ast import Access, BinOp, Call, Compare, Loop, Neg, Program, Select, Var, accesses, children, walk_expr
 
 TRANSCENDENTAL = ("exp", "log", "erf", "sqrt", "fast_exp")
 
-
-def element_bytes(code: str) -> int:
-    """Bytes of one element of a LEIR dtype code (`f32` -> 4, `bool` -> 1)."""
-    digits = "".join(ch for ch in code if ch.isdigit())
-    return max(int(digits) // 8, 1) if digits else 1
 
 
 @dataclass(frozen=True)
@@ -104,41 +99,6 @@ class Figures:
         return max(self.statements, key=lambda s: s.weight, default=None)
 
 
-def tensor_boxes(program: Program) -> dict[str, tuple[int, ...] | None]:
-    """Each tensor's shape as the bounding box of every access to it (None: ranks differ or a
-    subscript is not affine)."""
-    boxes: dict[str, list[int] | None] = {}
-    for site in statement_sites(program):
-        bounds = site.bounds
-        for acc in (site.stmt.lhs, *accesses(site.stmt.rhs)):
-            box = boxes.setdefault(acc.tensor, [1] * len(acc.indices))
-            if box is None or len(box) != len(acc.indices):
-                boxes[acc.tensor] = None
-                continue
-            for d, ix in enumerate(acc.indices):
-                form = affine_form(ix)
-                if form is not None:
-                    hi = form[1] + sum(c * bounds[v][1 if c > 0 else 0] for v, c in form[0].items() if v in bounds)
-                    box[d] = max(box[d], hi + 1)
-    return {k: tuple(v) if v is not None else None for k, v in boxes.items()}
-
-
-def strides(shape: tuple[int, ...] | None, acc: Access) -> dict[str, int] | None:
-    """Element stride of `acc` per loop variable (row-major), None for a gather or an unknown shape."""
-    if shape is None or len(shape) != len(acc.indices):
-        return None
-    out: dict[str, int] = {}
-    step = 1
-    for extent, ix in zip(reversed(shape), reversed(acc.indices), strict=True):
-        form = affine_form(ix)
-        if form is None:
-            return None
-        for var, c in form[0].items():
-            out[var] = out.get(var, 0) + c * step
-        step *= max(extent, 1)
-    return out
-
-
 def _value_nodes(expr):
     """The nodes that compute values (subscripts excluded), explicit stack."""
     stack = [expr]
@@ -189,7 +149,7 @@ def statement_cost(site, shapes, target: str) -> StatementCost:
     executions = math.prod(lp.extent for lp in loops)
     reads = list(dict.fromkeys(accesses(stmt.rhs)))
     accs = list(dict.fromkeys([stmt.lhs, *reads]))
-    strides_of = [strides(shapes.get(a.tensor), a) for a in accs]
+    strides_of = [access_strides(shapes.get(a.tensor), a) for a in accs]
     ops, calls = operation_counts(stmt.rhs)
     spatial = set(lhs_vars(stmt))
     reduction = tuple(lp.var for lp in loops if lp.var not in spatial) if is_update(stmt) else ()

@@ -141,8 +141,8 @@ MEMORY_CLAIMS = ("fast memory", "on chip", "on-chip", "shared by a block")
 
 def released_cots(root: Path) -> list[dict]:
     """One row per option of every released sample: strategy, target, think text, the step's params."""
+    from flows.reports import thoughts
     from flows.storage import read_table
-    from strategies.cot import thoughts
 
     steps = {r["step_id"]: r for r in read_table(root / "lake", "steps").to_pylist()}
     rows = []

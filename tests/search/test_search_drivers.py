@@ -287,10 +287,9 @@ SIG128 = Signature.from_json({"tensors": [{"name": n, "shape": [128, 128], "dtyp
 def parallel_and_unit_stride_vector(program: Program) -> bool:
     """A statement under a parallel outer loop whose innermost loop is a vector loop that every access
     walks with stride 0 or 1, the output with stride 1."""
-    from leir.analysis import statement_sites
-    from search.analysis import access_strides, tensor_shapes
+    from leir.analysis import access_strides, statement_sites, tensor_boxes
 
-    shapes = tensor_shapes(program)
+    shapes = tensor_boxes(program)
     for site in statement_sites(program):
         outer = [lp for lp in site.loops if lp.extent > 1]
         if not outer or outer[0].kind != "P" or site.loops[-1].kind != "V":

@@ -3,8 +3,9 @@ written, the parallel extent and vector width on each target, the innermost loop
 strides and reuse. Hand-computed on small programs."""
 from __future__ import annotations
 
+from leir.analysis import element_bytes
 from leir.parse import parse_expr, parse_program
-from strategies.analysis.cost import element_bytes, figures, operation_counts
+from strategies.analysis.cost import figures, operation_counts
 
 MM = "B^{4}_{tx=0}L^{8}_{a=0}L^{6}_{c=0}[D^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}+A^{f64,g}_{tx,c}*C^{f64,g}_{c,a};];"
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 from strategy_cases import ctx, sig
 
-from strategies.cot import answer, combine_answers, state_steps, template, template_counts, think, thoughts
+from flows.reports import template, template_counts, thoughts
+from strategies.cot import answer, combine_answers, state_steps, think
 from strategies.registry import ALL_NAMES, get, registered
 
 S2 = sig(("A", [4, 8], "float64", "input"), ("C", [4, 8], "float64", "output"))
