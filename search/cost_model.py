@@ -28,7 +28,7 @@ from search.analysis import DEFAULT_MACHINE, Machine, log2_speedup
 from search.drivers import Action, Node, Policy
 from strategies.base import Context
 
-DIVERSITY = 0.35  # as search.policies.DIVERSITY (that module imports this one lazily)
+DIVERSITY = 0.35  # log2 of predicted speedup a repeated kind of move gives up per earlier one
 STRIDE_CLASSES = ("zero", "unit", "small", "large", "irregular")
 INNER_LOOPS = 3  # loops (innermost first) whose per-access strides are features
 FEATURE_NAMES: tuple[str, ...] = (

@@ -30,6 +30,7 @@ from leir.errors import LeirError
 from leir.parse import parse_program
 from leir.validate import validate
 from search.analysis import DEFAULT_MACHINE, Machine, log2_speedup
+from search.cost_model import DIVERSITY
 from search.drivers import Action, Node, Policy
 from search.macros import Macro, macro_proposals
 from strategies.base import Context, LoopAt, Site, Transformation
@@ -83,7 +84,6 @@ def _stride_one_innermost(t: Transformation) -> bool:
 # Strategies whose every parameter variant is a different schedule worth ranking (a reorder's moves,
 # a tiling's shapes): more variants per site than the default cap, the analysis orders them.
 WIDE = {"loop_reorder": (24, 12), "loop_tiling": (16, 8)}
-DIVERSITY = 0.35  # log2 of predicted speedup a repeated kind of move gives up per earlier one
 
 
 def library_actions(ctx: Context, per_strategy: int = 12, per_site: int = 3, *, macros: bool = True,
