@@ -10,7 +10,7 @@ from leir.analysis import (
     tensor_table,
     unguarded_reads,
 )
-from leir.ast import Access, Program, Stmt, Var, accesses, children
+from leir.ast import Access, Num, Program, Stmt, Var, accesses, children
 from leir.dtypes import LOWERABLE_CODES
 from leir.errors import LeirError
 from leir.printer import format_stmt
@@ -88,6 +88,13 @@ def check_site(site: StmtSite, where: str, table: dict[str, TensorInfo], signatu
     _check_bounds(site.stmt.lhs, site.bounds, table, where, "writes")
     for acc in unguarded_reads(site.stmt):
         _check_bounds(acc, site.bounds, table, where, "reads")
+    for node in _walk(site.stmt):  # a constant subscript out of range is refused anywhere, in a branch too
+        if isinstance(node, Access) and node.tensor in table:
+            shape = table[node.tensor].shape
+            for d, ix in enumerate(node.indices):
+                if isinstance(ix, Num) and shape is not None and d < len(shape) and not 0 <= ix.value < shape[d]:
+                    raise LoweringError(f"{where}: reads {node.tensor} out of bounds: subscript {d + 1} is "
+                                        f"{ix.value} but the dimension has size {shape[d]}")
 
 
 def _walk(stmt: Stmt):

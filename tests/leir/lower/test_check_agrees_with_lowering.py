@@ -102,3 +102,18 @@ def test_a_read_in_an_if_then_else_branch_may_fall_outside(tmp_path):
     assert validate(parse_program(text), signature) == []
     build(text, signature)
     assert format_program(parse_program(text)) == text
+
+
+def test_a_constant_subscript_out_of_range_is_refused_by_both_even_in_a_branch():
+    """A constant subscript outside its dimension is a mistake wherever it stands; `check` always
+    reported it, and lowering now refuses it too (the differential test found the branch case)."""
+    from leir.lower import LoweringError, lower_to_primfunc
+
+    text = "B^{1}_{tx=0}L^{1}_{a=0}[C^{f32,g}_{tx,a}=A^{f32,g}_{0,0}+if_then_else(tx<0,A^{f32,g}_{0,1},0);];"
+    signature = Signature.from_json({"tensors": [
+        {"name": "A", "shape": [1, 1], "dtype": "float32", "role": "input"},
+        {"name": "C", "shape": [1, 1], "dtype": "float32", "role": "output"}]})
+    [problem] = validate(parse_program(text), signature)
+    assert problem.code == "subscript-out-of-range"
+    with pytest.raises(LoweringError, match="reads A out of bounds: subscript 2 is 1"):
+        lower_to_primfunc(text, signature)
