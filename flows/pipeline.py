@@ -32,7 +32,8 @@ from flows.transform import transform_flow  # noqa: E402
 from flows.validate import GateFailed, validate_flow  # noqa: E402
 from flows.verify import verify_flow  # noqa: E402
 
-__all__ = ["STAGES", "STAGE_FLOWS", "GateFailed", "gate_refusal", "run_stage", "pipeline_flow", "dask_runner"]
+__all__ = ["STAGES", "STAGE_FLOWS", "GateFailed", "gate_refusal", "run_stage", "pipeline_flow", "dask_runner",
+           "PROCESS_SHARD_STAGES"]
 
 STAGES = ("generate", "transform", "verify", "filter", "tokens", "measure", "cost_model", "search", "report",
           "validate", "release")
@@ -41,8 +42,27 @@ STAGE_FLOWS = {"generate": generate_flow, "transform": transform_flow, "verify":
                "search": search_flow, "report": report_flow, "validate": validate_flow, "release": release_flow}
 
 
+# Stages whose shards are pure Python work with no worker pool of their own: with the local runner and
+# a profile's `shard_workers` above 1, their shards run in that many processes (the release build's
+# transform was 25 minutes on one core while the other idled). Their output does not depend on it.
+PROCESS_SHARD_STAGES = ("transform", "tokens")
+
+
+def local_runner(stage: str, params: Params):
+    """The task runner of `stage` under the local runner: a process pool of the profile's
+    `shard_workers` for the stages of PROCESS_SHARD_STAGES, else None (the flow's own: shards in
+    turn)."""
+    workers = int(params.profile.get("shard_workers") or 1)
+    if stage not in PROCESS_SHARD_STAGES or workers <= 1:
+        return None
+    from prefect.task_runners import ProcessPoolTaskRunner
+
+    return ProcessPoolTaskRunner(max_workers=workers)
+
+
 def run_stage(stage: str, params: Params, lake: Path, reports: Path, task_runner=None, **extra) -> dict:
     fl = STAGE_FLOWS[stage]
+    task_runner = task_runner or local_runner(stage, params)
     if task_runner is not None:
         fl = fl.with_options(task_runner=task_runner)
     args = {"raw": params.raw, "profile": params.profile_name, "lake": str(lake)}

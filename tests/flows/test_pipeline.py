@@ -378,6 +378,22 @@ def test_dask_runner_gives_the_same_tables(tiny_lake, tmp_path):
     assert table_bytes(tmp_path / "lake") == table_bytes(root / "lake")
 
 
+def test_shard_workers_run_transform_shards_in_processes_with_the_same_steps(tiny_lake, tmp_path):
+    from prefect.task_runners import ProcessPoolTaskRunner
+
+    from flows.pipeline import local_runner, run_stage
+
+    root, _ = tiny_lake
+    params = load_params(profile="tiny", overrides={"profiles": {"tiny": {"shard_workers": 2}}})
+    assert isinstance(local_runner("transform", params), ProcessPoolTaskRunner)
+    assert local_runner("verify", params) is None and local_runner("transform", load_params(profile="tiny")) is None
+    for stage in ("generate", "transform"):  # a lake of its own: no shard comes from the first run's cache
+        run_stage(stage, params, tmp_path / "lake", tmp_path / "reports")
+    steps = sorted((tmp_path / "lake" / "steps").glob("*.parquet"))
+    assert len(steps) == 2
+    assert [p.read_bytes() for p in steps] == [p.read_bytes() for p in sorted((root / "lake" / "steps").glob("*.parquet"))]
+
+
 @pytest.mark.slow
 def test_kill_and_resume(tiny_lake, tmp_path):
     """kill -9 in the middle, run again: it completes, and no table is half-written."""
