@@ -41,7 +41,7 @@ CODE_PACKAGES = tuple(dict.fromkeys(p for pkgs in STAGE_CODE.values() for p in p
 STAGE_PROFILE_KEYS = {
     "generate": ("workload_profile", "instances_per_workload", "dtypes", "extra_dtypes"),
     "transform": ("max_variants_per_site", "max_steps_per_program_strategy", "inline_depth", "inline_branches",
-                  "leir_extensions"),
+                  "leir_extensions", "min_parallel_work"),
     "verify": (),
     "tokens": ("token_states_per_family",),
     "search": (),

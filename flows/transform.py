@@ -45,7 +45,8 @@ def transform_shard(programs: list[dict], params) -> list[dict]:
         # The program's own target (issue 25): GPU-only strategies are offered on GPU programs only,
         # CPU-only ones on CPU programs only (strategies.base.Strategy.targets).
         root = Context(parse_program(p["leir"]), sig, p.get("target") or params.verify["target"],
-                       p.get("rounding_share"), tuple(params.profile.get("leir_extensions") or ()))
+                       p.get("rounding_share"), tuple(params.profile.get("leir_extensions") or ()),
+                       min_parallel_work=int(params.profile.get("min_parallel_work") or 0))
         for row in _steps_from(root, p["program_id"], None, 0, params):
             rows.setdefault(row["step_id"], row)
     return [rows[k] for k in sorted(rows)]

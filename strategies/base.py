@@ -64,6 +64,11 @@ class Context:
     extensions: tuple[str, ...] = EXTENSION_FNS
     # Steps that are legal but cannot help (strategies.base.refuse_unhelpful) are not proposed.
     useful_only: bool = True
+    # Fewest innermost iterations one start of a parallel loop must share among the cores (0: no
+    # bound). What pays for a thread pool's start and join is the machine's, not the program's: the
+    # pipeline's profiles set it (`min_parallel_work`, strategies.analysis.legality.MIN_PARALLEL_WORK);
+    # the toolchain's own contexts leave it off.
+    min_parallel_work: int = 0
 
     def __post_init__(self):
         if self.target not in TARGETS:

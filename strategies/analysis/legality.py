@@ -58,6 +58,26 @@ def one_iteration_problem(loop: Loop, what: str) -> str | None:
     return None
 
 
+# The pipeline's bound on the work one start of a parallel loop shares (params.yaml `min_parallel_work`,
+# strategies.base.Context). Below it the thread pool's start and join (microseconds each start) cost
+# about what the shared work saves: in the default build (Intel Xeon, 2 cores) 61 of the 64 released
+# parallelisations below 8,192 innermost iterations a start were slower or no faster, and none was
+# faster beyond the noise of a 5 us program (README, "Steps that cannot help").
+MIN_PARALLEL_WORK = 8192
+
+
+def parallel_work_problem(var: str, launches: int, per_launch: int, minimum: int) -> str | None:
+    """Why making `var` parallel cannot help when the loop is started `launches` times (the
+    iterations of the serial loops around it) and each start shares `per_launch` innermost
+    iterations among the cores, fewer than `minimum`; or None."""
+    if per_launch >= minimum:
+        return None
+    where = (f"started {launches} times inside serial loops, each start sharing" if launches > 1
+             else "sharing")
+    return (f"{var} would be a parallel loop {where} only {per_launch} innermost iterations among the cores: "
+            f"below {minimum} the thread pool's start and join cost about what the shared work saves")
+
+
 def same_traversal_problem(old: list[Loop], new: list[Loop]) -> str | None:
     """Why a reordering from `old` to `new` cannot help (only loops of one iteration move), or None."""
     if [lp.var for lp in old if lp.extent > 1] == [lp.var for lp in new if lp.extent > 1]:

@@ -53,7 +53,9 @@ def test_a_programs_steps_are_made_for_its_own_target():
     def strategies(target):
         row = {"program_id": "s", "verification_status": "close", "signature": SOFTMAX_SIG.dumps(), "leir": SOFTMAX,
                "rounding_share": 0.0, **({"target": target} if target else {})}
-        return {r["strategy"] for r in transform_shard([row], load_params())}
+        # a 4x16 softmax: the default profile's bound on parallel work would refuse every P loop
+        unbounded = load_params(overrides={"profiles": {"default": {"min_parallel_work": 0}}})
+        return {r["strategy"] for r in transform_shard([row], unbounded)}
 
     gpu, cpu, older = strategies("cuda"), strategies("llvm"), strategies(None)
     assert "loop_binding" in gpu and not gpu & {"loop_parallelization", "loop_vectorization"}

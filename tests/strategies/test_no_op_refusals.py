@@ -2,6 +2,9 @@
 step still made where it can help."""
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 import pytest
 from strategy_cases import ctx, results, sig
 
@@ -89,3 +92,39 @@ def test_a_relaid_copy_of_an_input_read_once_per_element_is_refused():
 
     with pytest.raises(Illegal, match="each element copied from A would be read once"):
         rewrite("layout_transformation", once, sig2, Site(0, tensors=("A",), match=InputCopy()), {"copy": "transposed"})
+
+
+# A row-wise softmax-sized nest: 64 rows of 256 columns, and the same rows in a batch of 4 starts.
+WIDE_SIG = sig(("A", [4, 64, 256], "float64", "input"), ("D", [4, 64, 256], "float64", "output"))
+WIDE = "L^{4}_{b=0}L^{64}_{a=0}L^{256}_{c=0}[D^{f64,g}_{b,a,c}=A^{f64,g}_{b,a,c}*2;];"
+
+
+def parallel_loops(text: str, signature, minimum: int) -> list[str]:
+    context = replace(ctx(text, signature), min_parallel_work=minimum)
+    return [t.site.loops[0] for t in get("loop_parallelization").transformations(context)]
+
+
+def test_a_parallel_loop_whose_start_shares_too_little_work_is_refused_under_the_pipelines_bound():
+    # b shares 4*64*256 = 65,536 iterations in one start; a 64*256 = 16,384 in each of 4 starts;
+    # c only 256 in each of 256 starts
+    assert parallel_loops(WIDE, WIDE_SIG, 0) == ["b", "a", "c"]  # the toolchain's contexts: no bound
+    assert parallel_loops(WIDE, WIDE_SIG, 8192) == ["b", "a"]
+    assert parallel_loops(WIDE, WIDE_SIG, 20000) == ["b"]
+    site = Site(0, loops=("c",), match=LoopAt(2))
+    with pytest.raises(Illegal, match="c would be a parallel loop started 256 times inside serial loops, each "
+                                      "start sharing only 256 innermost iterations among the cores: below 8192"):
+        get("loop_parallelization").rewrite(replace(ctx(WIDE, WIDE_SIG), min_parallel_work=8192), site, {})
+
+
+def test_the_default_and_release_profiles_bound_parallel_work_and_the_transform_reads_it():
+    from flows.config import load_params
+    from flows.transform import transform_shard
+    from strategies.analysis.legality import MIN_PARALLEL_WORK
+
+    for profile in ("default", "release"):
+        assert load_params(profile=profile).profile["min_parallel_work"] == MIN_PARALLEL_WORK
+    program = {"program_id": "p", "leir": WIDE, "signature": WIDE_SIG.dumps(), "verification_status": "exact",
+               "target": "llvm"}
+    steps = transform_shard([program], load_params(profile="default"))
+    parallel = sorted(json.loads(s["site"])["loops"][0] for s in steps if s["strategy"] == "loop_parallelization")
+    assert parallel == ["a", "b"]

@@ -23,6 +23,7 @@ from strategies.analysis.legality import (
     keeps_relative_order,
     loop_carries_dependence,
     one_iteration_problem,
+    parallel_work_problem,
     reads_without_self,
     same_traversal_problem,
 )
@@ -331,6 +332,8 @@ class LoopParallelization(LoopRule):
         stmts = statements_under(ctx.program, site.nest, site.path, nest, k)
         refuse(loop_carries_dependence(stmts, loop.var))
         work = body_iterations(Nest(nest.loops[k + 1:], nest.body))
+        refuse_unhelpful(ctx, parallel_work_problem(loop.var, iterations(outer), loop.extent * work,
+                                                    ctx.min_parallel_work))
         facts = (f"every statement under {loop.var} writes a distinct element per iteration of {loop.var} "
                  f"(it is a spatial axis of {', '.join(dict.fromkeys(s.lhs.tensor for s, _ in stmts))})",
                  f"no statement reads an element that another iteration of {loop.var} writes",
