@@ -60,9 +60,9 @@ def one_iteration_problem(loop: Loop, what: str) -> str | None:
 
 # The pipeline's bound on the work one start of a parallel loop shares (params.yaml `min_parallel_work`,
 # strategies.base.Context). Below it the thread pool's start and join (microseconds each start) cost
-# about what the shared work saves: in the default build (Intel Xeon, 2 cores) 61 of the 64 released
-# parallelisations below 8,192 innermost iterations a start were slower or no faster, and none was
-# faster beyond the noise of a 5 us program (README, "Steps that cannot help").
+# about what the shared work saves: in the default build (Intel Xeon, 2 cores) 59 of the 62 released
+# parallelisations below 8,192 innermost iterations a start were slower or no faster (README, "Steps
+# that cannot help").
 MIN_PARALLEL_WORK = 8192
 
 
