@@ -39,6 +39,15 @@ def test_a_gpu_programs_states_are_not_timed_on_the_cpu():
     assert [g.program_id for g in state_groups(programs, steps, steps)] == ["p1", "p2", "p3"]
 
 
+def test_groups_come_family_by_family_so_a_killed_run_keeps_each_finished_family():
+    programs = [{"program_id": p, "family": f, "signature": "{}", "leir": f"orig-{p}"}
+                for p, f in (("a1", "norm"), ("a2", "gemm"), ("a3", "norm"), ("a4", "conv"))]
+    steps = [step(f"s{i}", p["program_id"], p["leir"], f"after-{i}", f"q{i}") for i, p in enumerate(programs)]
+    groups = state_groups(programs, steps, steps)
+    assert [(g.family, g.program_id) for g in groups] == [("conv", "a4"), ("gemm", "a2"), ("norm", "a1"),
+                                                          ("norm", "a3")]
+
+
 def effect(step_id, after_us, spread=0.01, strategy="loop_split"):
     return {"step_id": step_id, "after_us": after_us, "before_us": 100.0, "spread": spread, "strategy": strategy}
 
