@@ -5,6 +5,9 @@ released step (a state is its `program_id`: canonical LEIR plus signature, so a 
 steps share is timed once). One timing job per original program measures all of that program's
 states in one interleaved session (`gpu_tasks.state_timing`): builds on every core first, then,
 holding the machine's timing lock, rounds over the states until each one's spread is small enough.
+By default (`measure.unit: nest`) a state is timed as the sum of its top-level nests, each distinct
+nest of the program compiled and timed once (`gpu_tasks.nest_timing`): at release scale the states
+of a program share most of their nests, and compiling every whole state did not fit the build's budget.
 
 Timings are measurements, not deterministic data: they live in the `timings` table, one row per
 (state, target, machine), beside the deterministic tables and never read by the stages that write
@@ -39,7 +42,7 @@ from flows.storage import read_table, released_step_rows, write_shard  # noqa: E
 from flows.tasks import StageProgress, say  # noqa: E402
 
 DEFAULTS = {"min_rounds": 3, "max_rounds": 9, "target_spread": 0.03, "min_repeat_ms": 4, "max_measure_s": 120.0,
-            "timeout_s": 900.0}
+            "timeout_s": 900.0, "unit": "nest"}
 
 
 @dataclass
@@ -106,7 +109,7 @@ def group_job(group: StateGroup, wanted: list[str], cfg: dict, target: str):
                                 min_rounds=int(cfg["min_rounds"]), max_rounds=int(cfg["max_rounds"]),
                                 target_spread=float(cfg["target_spread"]), min_repeat_ms=int(cfg["min_repeat_ms"]),
                                 max_measure_s=float(cfg["max_measure_s"]),
-                                llvm_opt_level=_opt_level(cfg))
+                                llvm_opt_level=_opt_level(cfg), unit=str(cfg["unit"]))
     return Job(time_states_job, (request,), timeout_s=float(cfg["timeout_s"]))
 
 

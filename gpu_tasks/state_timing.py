@@ -40,6 +40,10 @@ DEFAULT_MAX_ROUNDS = 9
 DEFAULT_TARGET_SPREAD = 0.03
 DEFAULT_SAMPLE_MS = 4
 DEFAULT_MAX_MEASURE_S = 120.0
+# `state`: each state is one function, compiled and timed whole. `nest` (llvm only): each state is cut
+# into its top-level nests (`leir.lower.units`); every distinct nest of the group is compiled and timed
+# once, and a state's time is the sum of its nests' times, round by round.
+UNITS = ("state", "nest")
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,7 @@ class StateGroupRequest:
     form: str = "plain"
     build_threads: int = 0  # 0: one per logical CPU
     llvm_opt_level: int | None = None  # None: TVM's default (3), as deployed
+    unit: str = "state"  # what is compiled and timed: each whole `state`, or each distinct `nest` (UNITS)
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,7 @@ class GroupTiming:
     rounds: int = 0
     build_s: float = 0.0
     measure_s: float = 0.0
+    functions: int = 0  # functions compiled and timed: the states, or their distinct nests
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -109,6 +115,17 @@ def time_states_job(request: StateGroupRequest) -> GroupTiming:
             loaded[i] = load_program(f"state {i}", text, signature, request.limits)
         except VerificationFailed as failed:
             outcome[i] = StateTime(failed.verification.status, error=failed.verification.error)
+    if request.unit == "nest" and request.target == "llvm":
+        from gpu_tasks.nest_timing import time_by_nests
+
+        return time_by_nests(loaded, signature, request, outcome, start)
+    if request.unit not in UNITS:
+        raise ValueError(f"unknown timing unit {request.unit!r}; expected one of {', '.join(UNITS)}")
+    return _time_whole_states(loaded, signature, request, outcome, start)
+
+
+def _time_whole_states(loaded: dict, signature, request: StateGroupRequest, outcome: list,
+                       start: float) -> GroupTiming:
     built = _build_all(loaded, signature, request)
     for i, b in built.items():
         if isinstance(b, str):
@@ -135,7 +152,7 @@ def time_states_job(request: StateGroupRequest) -> GroupTiming:
             for i in ready:
                 outcome[i] = StateTime("runtime_error", error=describe_error(e))
     return GroupTiming(tuple(outcome), fingerprint, rounds, round(build_s, 3),  # type: ignore[arg-type]
-                       round(time.perf_counter() - measure_start, 3))
+                       round(time.perf_counter() - measure_start, 3), len(ready))
 
 
 def session_fingerprint(target: str = "llvm", arch: str = "sm_90") -> dict:
@@ -146,10 +163,12 @@ def session_fingerprint(target: str = "llvm", arch: str = "sm_90") -> dict:
     return machine_fingerprint(str(make_target(target, arch)))
 
 
-def measure_rounds(evaluators: Sequence, args: list, request: StateGroupRequest) -> tuple[list[list[float]], int]:
+def measure_rounds(evaluators: Sequence, args: list, request: StateGroupRequest,
+                   spreads=None) -> tuple[list[list[float]], int]:
     """Seconds per run of each evaluator, in interleaved rounds (forward, then reverse order); after
     `min_rounds`, only evaluators whose spread is above `target_spread` go on, up to `max_rounds` or
-    until `max_measure_s` have passed."""
+    until `max_measure_s` have passed. `spreads(samples)` gives every evaluator's spread (default: its
+    relative interquartile range)."""
     for evaluate in evaluators:
         evaluate(*args)  # warm-up: caches, page faults, the thread pool's start
     samples: list[list[float]] = [[] for _ in evaluators]
@@ -163,7 +182,8 @@ def measure_rounds(evaluators: Sequence, args: list, request: StateGroupRequest)
         if rounds >= request.min_rounds:
             if time.perf_counter() - start > request.max_measure_s:
                 break
-            live = [i for i in live if relative_iqr(samples[i]) > request.target_spread]
+            spread = spreads(samples) if spreads else [relative_iqr(x) for x in samples]
+            live = [i for i in live if spread[i] > request.target_spread]
     return samples, rounds
 
 

@@ -76,3 +76,28 @@ def _emit_store(store: PStore, buffers: dict, env: dict) -> None:
 def python_name(name: str) -> str:
     """LEIR index names are valid identifiers except for a few keywords (`as`, `if`, `in`, `or`...)."""
     return name + "_" if keyword.iskeyword(name) else name
+
+
+def emit_unit_primfunc(plan: Plan, signature: Signature, items: tuple, args: tuple[str, ...],
+                       local: tuple[str, ...], name: str):
+    """A function of some of the plan's top-level `items` alone (a timing unit, `leir.lower.units`):
+    its arguments are the tensors named in `args` (known tensors and the intermediates it shares with
+    other units, as global buffers), and it allocates the intermediates in `local` itself, as the
+    whole program's function does."""
+    with IRBuilder() as ib:
+        with T.prim_func():
+            T.func_name(name)
+            T.func_attr({"tirx.noalias": True})
+            buffers = {}
+            for arg in args:
+                spec = signature.get(arg)
+                if spec is not None:
+                    buffers[arg] = T.arg(arg, T.buffer(spec.shape, spec.dtype))
+                else:
+                    info = plan.tensors[arg]
+                    buffers[arg] = T.arg(arg, T.buffer(info.shape, storage_dtype(info.dtype)))
+            for tensor in local:
+                buffers[tensor] = _alloc(plan, tensor)
+            for item in items:
+                _emit(item, plan, buffers, {})
+    return ib.get()

@@ -85,3 +85,52 @@ def test_effect_class_follows_the_measured_spread(speedup, spread, expected):
 def test_step_effect_needs_both_sides():
     assert step_effect(100.0, 50.0, 0.01, 0.02) == {"speedup": 2.0, "spread": 0.02, "effect": "faster"}
     assert step_effect(None, 50.0, None, 0.02) == {"speedup": None, "spread": None, "effect": None}
+
+
+# --- nest by nest (the measure stage's default): each distinct nest compiled and timed once -------------
+
+SOFTMAX_SIG = json.dumps({"tensors": [{"name": "A", "shape": [64, 256], "dtype": "float32", "role": "input"},
+                                      {"name": "C", "shape": [64, 256], "dtype": "float32", "role": "output"}]})
+MAX_NEST = "L^{64}_{b=0}L^{256}_{a=0}[D^{f32,g}_{b}=max(D^{f32,g}_{b},A^{f32,g}_{b,a});];"
+SUM_NEST = "L^{64}_{b=0}L^{256}_{a=0}[E^{f32,g}_{b}=E^{f32,g}_{b}+exp(A^{f32,g}_{b,a}-D^{f32,g}_{b});];"
+DIV_NEST = "L^{64}_{b=0}L^{256}_{a=0}[C^{f32,g}_{b,a}=exp(A^{f32,g}_{b,a}-D^{f32,g}_{b})/E^{f32,g}_{b};];"
+PAR_DIV_NEST = "P^{64}_{b=0}L^{256}_{a=0}[C^{f32,g}_{b,a}=exp(A^{f32,g}_{b,a}-D^{f32,g}_{b})/E^{f32,g}_{b};];"
+
+
+def test_nest_timing_compiles_each_distinct_nest_once_and_sums_a_states_nests():
+    states = (MAX_NEST + SUM_NEST + DIV_NEST, MAX_NEST + SUM_NEST + PAR_DIV_NEST)
+    result = time_states_job(StateGroupRequest(states, SOFTMAX_SIG, min_rounds=3, max_rounds=4, min_repeat_ms=1,
+                                               unit="nest"))
+    assert [s.status for s in result.states] == ["ok", "ok"]
+    assert result.functions == 4  # the two states share two of their three nests
+    for s in result.states:
+        assert 3 <= len(s.samples_us) <= 4 and all(v > 0 for v in s.samples_us)
+        assert s.median_us == pytest.approx(float(np.median(s.samples_us)))
+
+
+def test_nest_timing_fails_a_bad_state_alone():
+    bad = "B^{64}_{tx=0}L^{64}_{a=0}[D^{f32,g}_{tx,a}=A^{f32,g}_{tx,a+100};];"
+    result = time_states_job(StateGroupRequest((NAIVE, bad, "B^{64}_{tx="), SIG, min_rounds=2, max_rounds=2,
+                                               min_repeat_ms=1, unit="nest"))
+    assert result.states[0].ok and result.states[0].median_us > 0
+    assert result.states[1].status in ("invalid", "build_error") and result.states[1].error
+    assert result.states[2].status == "invalid"
+
+
+def test_a_states_samples_are_its_nests_samples_summed_round_by_round():
+    from gpu_tasks.nest_timing import state_samples
+
+    # the second nest reached its spread after two rounds: its median stands in for the rest
+    assert state_samples([[10.0, 12.0, 11.0, 13.0], [5.0, 7.0]]) == [15.0, 19.0, 17.0, 19.0]
+
+
+def test_a_nests_spread_is_weighed_against_the_smallest_state_it_is_part_of():
+    from gpu_tasks.nest_timing import unit_spreads
+
+    samples = [[100.0, 101.0, 99.0], [2.0, 2.4, 1.6], [2.0, 2.4, 1.6]]
+    # unit 1 belongs to a 102 µs state (units 0 and 1); unit 2 runs alone in a state of its own
+    states_of = [[[(0, 1), (1, 1)]], [[(0, 1), (1, 1)]], [[(2, 1)]]]
+    spreads = unit_spreads(samples, states_of)
+    assert spreads[0] == pytest.approx(1.0 / 102.0)
+    assert spreads[1] == pytest.approx(0.4 / 102.0)
+    assert spreads[2] == pytest.approx(0.2)

@@ -1,0 +1,233 @@
+"""Timing a group's states nest by nest (`StateGroupRequest.unit == "nest"`, the measure stage's default).
+
+The states of one original program share most of their nests: a step rewrites one or two of them.
+Here each state is cut into timing units (`leir.lower.units`: its top-level nests, a nest together
+with the fill before it or with an earlier nest whose output it updates), every distinct unit of the
+group is compiled once (structurally equal functions are one unit) and timed once, and a state's time
+in round r is the sum of its units' times in round r (a unit that stopped early, its spread reached,
+counts with its median). At release scale that compiles about a sixth of the code the whole states
+would (benchmarks/bench_measure.py); it also makes effects steadier, since the nests a step leaves
+alone add the very same samples to both sides.
+
+What a state's whole function would do and the units do too: the same loops and stores, the same
+LLVM optimisation, intermediates used by one nest allocated inside it. What differs: intermediates
+that cross nests are arguments instead of one workspace, and each unit is one call (its argument
+checks are off, TIMING_PASS_CONFIG). Before timing, each state's units run once in program order on
+arrays of its own, so that every unit reads the values the program computes, not uninitialised memory.
+
+Units are compiled in one module per build thread (TVM's compiler releases the GIL), so a group pays
+LLVM's fixed cost per module a few times instead of once per state.
+"""
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+import tvm
+import tvm_ffi
+
+from gpu_tasks.cache import TIMING_PASS_CONFIG, BuildCache
+from gpu_tasks.inputs import draw_inputs, plan_from_facts
+from gpu_tasks.jobs import describe_error
+from gpu_tasks.machine_lock import timing_lock
+from gpu_tasks.runner import device_for, make_arguments
+from gpu_tasks.threads import logical_cpus
+from leir.analysis import program_depth
+from leir.lower.expr import storage_dtype
+from leir.lower.planner import plan_program
+from leir.lower.stack import call_with_stack_for
+from leir.lower.units import TimingUnit, timing_units, unit_primfunc
+
+
+@dataclass
+class _Distinct:
+    """The group's distinct unit functions: structurally equal functions share one index."""
+
+    funcs: list = field(default_factory=list)
+    by_hash: dict = field(default_factory=dict)
+
+    def add(self, func) -> int:
+        key = tvm_ffi.structural_hash(func)
+        for index in self.by_hash.get(key, ()):
+            if tvm_ffi.structural_equal(self.funcs[index], func):
+                return index
+        self.funcs.append(func)
+        self.by_hash.setdefault(key, []).append(len(self.funcs) - 1)
+        return len(self.funcs) - 1
+
+
+@dataclass(frozen=True)
+class _Chain:
+    """One state as its units in program order: (distinct index, unit), and the plan's tensor table."""
+
+    links: tuple[tuple[int, TimingUnit], ...]
+    tensors: dict
+
+
+def time_by_nests(loaded: dict, signature, request, outcome: list, start: float):
+    from gpu_tasks.state_timing import GroupTiming, StateTime, measure_rounds, relative_iqr, session_fingerprint
+
+    distinct = _Distinct()
+    chains: dict[int, _Chain] = {}
+    for i, state in loaded.items():
+        try:
+            chains[i] = call_with_stack_for(program_depth(state.program), _chain_of, state.program, signature,
+                                            distinct)
+        except Exception as e:
+            outcome[i] = StateTime("build_error", error=f"state {i}: {describe_error(e)}")
+    functions = _compile_units(distinct.funcs, request)
+    for i, chain in list(chains.items()):
+        bad = next((functions[u] for u, _ in chain.links if isinstance(functions[u], str)), None)
+        if bad is not None:
+            outcome[i] = StateTime("build_error", error=f"state {i}: {bad}")
+            del chains[i]
+    build_s = time.perf_counter() - start
+    rounds, fingerprint, measure_start = 0, {}, time.perf_counter()
+    if chains:
+        ready = sorted(chains)
+        inputs = draw_inputs(signature, plan_from_facts(signature, [loaded[i].facts for i in ready]), 0,
+                             request.seed)
+        device = device_for(request.target)
+        known = dict(zip(signature.names, make_arguments(signature, inputs, device), strict=True))
+        arrays: dict[int, dict] = {}
+        for i in ready:  # each state's units once, in order: every unit then reads computed values
+            try:
+                arrays[i] = _state_arrays(chains[i], known, device)
+                for u, unit in chains[i].links:
+                    functions[u](*(arrays[i][n] for n in unit.args))
+            except Exception as e:
+                outcome[i] = StateTime("runtime_error", error=f"state {i}: {describe_error(e)}")
+                del chains[i]
+        owner: dict[int, tuple[int, TimingUnit]] = {}
+        for i in sorted(chains):
+            for u, unit in chains[i].links:
+                owner.setdefault(u, (i, unit))
+        timed = sorted(owner)
+        runs = [_bound_run(functions[u], request, device, f"u{u}", [arrays[owner[u][0]][n] for n in owner[u][1].args])
+                for u in timed]
+        try:
+            weight = _unit_weights(timed, [chains[i] for i in sorted(chains)])
+            with timing_lock(request.lock_path):
+                samples, rounds = measure_rounds(runs, [], request, lambda s: unit_spreads(s, weight))
+            fingerprint = session_fingerprint(request.target, request.arch)
+            by_unit = {u: [v * 1e6 for v in s] for u, s in zip(timed, samples, strict=True)}
+            for i in sorted(chains):
+                us = state_samples([by_unit[u] for u, _ in chains[i].links])
+                outcome[i] = StateTime("ok", tuple(us), float(np.median(us)), relative_iqr(us))
+        except Exception as e:
+            for i in chains:
+                outcome[i] = StateTime("runtime_error", error=describe_error(e))
+    return GroupTiming(tuple(outcome), fingerprint, rounds, round(build_s, 3),
+                       round(time.perf_counter() - measure_start, 3), len(distinct.funcs))
+
+
+def _unit_weights(timed: list[int], chains: list[_Chain]) -> list[list[tuple[int, int]]]:
+    """For each timed unit (by position in `timed`), the states it belongs to, each as a list of
+    (position of a unit in `timed`, how many times the state runs it)."""
+    position = {u: k for k, u in enumerate(timed)}
+    states = []
+    for chain in chains:
+        counts: dict[int, int] = {}
+        for u, _ in chain.links:
+            counts[position[u]] = counts.get(position[u], 0) + 1
+        states.append(sorted(counts.items()))
+    return [[st for st in states if any(k == p for p, _ in st)] for k in range(len(timed))]
+
+
+def unit_spreads(samples: list[list[float]], states_of: list[list[list[tuple[int, int]]]]) -> list[float]:
+    """Each unit's spread as it weighs in the states it belongs to: its interquartile range over the
+    median time of the smallest of those states. A nest of 2 µs in a 200 µs state may wander by 20%
+    without moving the state; repeating it until it does not would only cost rounds."""
+    medians = [float(np.median(s)) if s else 0.0 for s in samples]
+    out = []
+    for k, s in enumerate(samples):
+        if len(s) < 2:
+            out.append(0.0)
+            continue
+        q25, q75 = np.percentile(s, [25, 75])
+        totals = [sum(medians[p] * n for p, n in st) for st in states_of[k]]
+        smallest = min((t for t in totals if t > 0), default=0.0)
+        out.append(float((q75 - q25) / smallest) if smallest > 0 else 0.0)
+    return out
+
+
+def state_samples(unit_samples: list[list[float]]) -> list[float]:
+    """A state's samples from its units' samples: round r's sum over the units, a unit that has no
+    sample in round r (its spread was reached) counted with its median."""
+    rounds = max(len(s) for s in unit_samples)
+    medians = [float(np.median(s)) for s in unit_samples]
+    return [sum(s[r] if r < len(s) else m for s, m in zip(unit_samples, medians, strict=True))
+            for r in range(rounds)]
+
+
+def _chain_of(program, signature, distinct: _Distinct) -> _Chain:
+    plan = plan_program(program, signature, "llvm")
+    links = []
+    for unit in timing_units(plan, signature):
+        links.append((distinct.add(unit_primfunc(plan, signature, unit, "unit")), unit))
+    return _Chain(tuple(links), plan.tensors)
+
+
+def _compile_units(funcs: list, request) -> list:
+    """Each unit's callable function (or its build error's text): the units in one module per build
+    thread, compiled side by side; a module that fails is compiled again unit by unit, so that one
+    bad unit fails alone."""
+    cache = BuildCache(capacity=1, pass_config=TIMING_PASS_CONFIG, llvm_opt_level=request.llvm_opt_level)
+    target = cache._target(request.target, request.arch)
+    threads = max(1, min(request.build_threads or logical_cpus(), len(funcs)))
+    chunks = [list(range(k, len(funcs), threads)) for k in range(threads)]
+
+    def compile_chunk(chunk: list[int]) -> dict[int, object]:
+        try:
+            return _compile_module(funcs, chunk, target)
+        except Exception:
+            out = {}
+            for u in chunk:
+                try:
+                    out.update(_compile_module(funcs, [u], target))
+                except Exception as e:
+                    out[u] = f"nest unit {u}: {describe_error(e)}"
+            return out
+
+    functions: dict[int, object] = {}
+    with ThreadPoolExecutor(max_workers=threads) as ex:
+        for part in ex.map(compile_chunk, chunks):
+            functions.update(part)
+    return [functions[u] for u in range(len(funcs))]
+
+
+def _compile_module(funcs: list, chunk: list[int], target) -> dict[int, object]:
+    module = tvm.IRModule({f"u{u}": funcs[u].with_attr("global_symbol", f"u{u}") for u in chunk})
+    with tvm.transform.PassContext(config=TIMING_PASS_CONFIG):
+        executable = tvm.compile(module, target=target)
+    # looking a function up JIT-compiles the module: part of the build, done on this thread
+    return {u: _Function(executable, f"u{u}", executable[f"u{u}"]) for u in chunk}
+
+
+@dataclass(frozen=True)
+class _Function:
+    executable: object
+    name: str
+    call: object
+
+    def __call__(self, *args):
+        return self.call(*args)
+
+
+def _state_arrays(chain: _Chain, known: dict, device) -> dict:
+    """The state's tensors by name: the group's known tensors, and its own shared intermediates."""
+    out = dict(known)
+    for _, unit in chain.links:
+        for name in unit.args:
+            if name not in out:
+                info = chain.tensors[name]
+                out[name] = tvm.runtime.empty(info.shape, storage_dtype(info.dtype), device)
+    return out
+
+
+def _bound_run(function: _Function, request, device, name: str, args: list):
+    evaluate = function.executable.mod.time_evaluator(name, device, number=1, repeat=1,
+                                                       min_repeat_ms=int(request.min_repeat_ms))
+    return lambda *_: evaluate(*args)
