@@ -26,4 +26,15 @@ search.register(app)
 
 
 def main():  # pragma: no cover - console entry point
+    _stack_dump_on_sigusr1()
     app()
+
+
+def _stack_dump_on_sigusr1() -> None:
+    """`kill -USR1 <pid>` prints every thread's Python stack to stderr and carries on: how to see where
+    a command that seems stuck is (the tests send it to a batch that does not stop when told to)."""
+    import faulthandler
+    import signal
+
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
