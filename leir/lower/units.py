@@ -54,7 +54,10 @@ def timing_units(plan: Plan, signature: Signature) -> list[TimingUnit]:
     for items, written, touched in groups:
         known = tuple(t.name for t in signature.tensors if t.name in touched)
         inter = [n for n in plan.top_allocs if n in touched]
-        units.append(TimingUnit(tuple(items), known + tuple(n for n in inter if users[n] > 1),
+        args = known + tuple(n for n in inter if users[n] > 1)
+        # A unit that touches no known or shared tensor (a nest writing a scratch tensor nobody reads)
+        # still takes one argument: TVM places a function on the device of its arguments.
+        units.append(TimingUnit(tuple(items), args or (signature.tensors[0].name,),
                                 tuple(n for n in inter if users[n] == 1),
                                 tuple(n for n in order if n in written)))
     return units

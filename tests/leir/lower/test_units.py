@@ -74,3 +74,12 @@ def test_the_units_run_in_order_compute_what_the_program_computes(text, sig):
             ex["main"](*(arrays[n] for n in unit.args))
     for t in sig.outputs:
         np.testing.assert_allclose(arrays[t.name].numpy(), expected[t.name], rtol=1e-6)
+
+
+def test_a_unit_that_touches_no_known_or_shared_tensor_still_takes_one_argument():
+    # nest 1 writes a scratch tensor nobody reads (a release state of `scan` had one): without an
+    # argument TVM cannot place the function on a device ("Unknown device id in current IR")
+    text = "L^{4}_{a=0}[F^{f32,g}_{a}=0;];L^{4}_{a=0}[C^{f32,g}_{a}=A^{f32,g}_{a,0};];"
+    plan, units = _units(text, SPLIT_SIG)
+    assert [(u.args, u.local) for u in units] == [(("A",), ("F",)), (("A", "C"), ())]
+    tvm.compile(tvm.IRModule({"main": unit_primfunc(plan, SPLIT_SIG, units[0], "main")}), target="llvm")
