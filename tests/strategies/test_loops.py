@@ -303,3 +303,11 @@ def test_new_loop_moves_verify_exactly():
     for t in chosen:
         assert t.exactness == "exact"
         assert verify_pair(t.before, t.after, s).status == "exact", t.after_text
+
+
+def test_divisors_of_a_huge_extent_come_from_pairs_up_to_the_square_root():
+    # a fuzzed program with a loop of extent 2^40 kept `steptp sites` busy for half an hour (make test)
+    from strategies.analysis.loops import divisors
+
+    assert divisors(2 ** 40) == [2 ** k for k in range(1, 40)]
+    assert divisors(36) == [2, 3, 4, 6, 9, 12, 18] and divisors(7) == [] and divisors(4) == [2] and divisors(1) == []
