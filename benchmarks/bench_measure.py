@@ -85,7 +85,8 @@ def main() -> None:
         print(f"{m:>5}: {len(times[m])} states timed, {c['functions']} functions compiled, build {c['build_s']:.1f} s, "
               f"measure {c['measure_s']:.1f} s, wall {c['wall_s']:.1f} s ({len(times[m]) / c['wall_s']:.1f} states/s)")
     base, new = cost["state"], cost["nest"]
-    print(f"whole-state / nest: build {base['build_s'] / new['build_s']:.2f}x, wall {base['wall_s'] / new['wall_s']:.2f}x")
+    print(f"whole-state / nest: build {base['build_s'] / new['build_s']:.2f}x, "
+          f"wall {base['wall_s'] / new['wall_s']:.2f}x")
     common = sorted(set(times["state"]) & set(times["nest"]))
     ratio = np.array([times["nest"][s][0] / times["state"][s][0] for s in common])
     near = np.abs(np.log(ratio))
@@ -93,8 +94,8 @@ def main() -> None:
           f"p10 {np.percentile(ratio, 10):.3f}, p90 {np.percentile(ratio, 90):.3f}; within 10%: "
           f"{100 * np.mean(near < np.log(1.1)):.1f}%")
     total, same, opposite = effect_agreement(lake, times["state"], times["nest"])
-    print(f"step effects, nest vs whole state (same session): {same} of {total} agree ({100 * same / max(total, 1):.1f}%), "
-          f"{opposite} opposite")
+    print(f"step effects, nest vs whole state (same session): {same} of {total} agree "
+          f"({100 * same / max(total, 1):.1f}%), {opposite} opposite")
     lake_rows = read_table(lake, "timings").to_pylist()
     if lake_rows:
         earlier = {r["state_id"]: (r["time_us"], r["spread"]) for r in lake_rows if r["status"] == "ok"}

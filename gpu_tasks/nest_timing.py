@@ -34,6 +34,7 @@ from gpu_tasks.jobs import describe_error
 from gpu_tasks.machine_lock import timing_lock
 from gpu_tasks.runner import device_for, make_arguments
 from gpu_tasks.threads import logical_cpus
+from gpu_tasks.timing_session import GroupTiming, StateTime, measure_rounds, relative_iqr, session_fingerprint
 from leir.analysis import program_depth
 from leir.lower.expr import storage_dtype
 from leir.lower.planner import plan_program
@@ -67,8 +68,6 @@ class _Chain:
 
 
 def time_by_nests(loaded: dict, signature, request, outcome: list, start: float):
-    from gpu_tasks.state_timing import GroupTiming, StateTime, measure_rounds, relative_iqr, session_fingerprint
-
     distinct = _Distinct()
     chains: dict[int, _Chain] = {}
     for i, state in loaded.items():

@@ -6,7 +6,6 @@ state about them are built here too, from the records they return, since two rul
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
 
 from leir.analysis import contraction_contexts, is_product, lhs_vars, reduction_op

@@ -64,7 +64,7 @@ def test_the_units_run_in_order_compute_what_the_program_computes(text, sig):
     dev = tvm.cpu()
     arrays = {t.name: tvm.runtime.tensor(inputs[t.name] if t.role == "input" else np.zeros(t.shape, t.dtype), dev)
               for t in sig.tensors}
-    for k, unit in enumerate(units):
+    for unit in units:
         for name in unit.args:
             if name not in arrays:
                 info = plan.tensors[name]
