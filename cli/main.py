@@ -26,7 +26,6 @@ search.register(app)
 
 
 def main():  # pragma: no cover - console entry point
-    _stack_dump_on_sigusr1()
     app()
 
 
@@ -38,3 +37,7 @@ def _stack_dump_on_sigusr1() -> None:
 
     if hasattr(signal, "SIGUSR1"):
         faulthandler.register(signal.SIGUSR1, all_threads=True)
+
+
+# The console script is `cli.main:app` (pyproject.toml), so the handler is set when this module loads.
+_stack_dump_on_sigusr1()
