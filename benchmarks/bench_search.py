@@ -35,6 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from search.drivers import DriverConfig  # noqa: E402
+
 
 class Matmul(torch.nn.Module):
     def forward(self, a, b):
@@ -108,7 +110,8 @@ def main() -> int:
     ap.add_argument("--programs", nargs="*", default=ISSUE_14, help=f"some of {', '.join(programs())}")
     ap.add_argument("--drivers", nargs="*", default=["greedy", "beam", "mcts"])
     ap.add_argument("--budget", type=int, default=64, help="states verified per search")
-    ap.add_argument("--depth", type=int, default=8, help="longest trajectory")
+    ap.add_argument("--depth", type=int, default=DriverConfig().depth,
+                    help="longest trajectory in atomic steps (the command's default)")
     ap.add_argument("--trials", type=int, default=64, help="MetaSchedule trials per program (each path)")
     ap.add_argument("--no-model", action="store_true", help="the library policy's own order (no cost model)")
     ap.add_argument("--forms", nargs="*", default=["L", "B"], choices=["L", "B"],
@@ -130,7 +133,6 @@ def main() -> int:
     from leir.frontend import translate
     from leir.lower import lower_to_primfunc
     from search.cost_model import PriorModel
-    from search.drivers import DriverConfig
     from search.runner import Pools
 
     prior = PriorModel.load(args.prior) if not args.no_model and Path(args.prior).exists() else None

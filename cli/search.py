@@ -49,7 +49,7 @@ def search_command(
         wall: Annotated[float, typer.Option(callback=finite, min=1.0, help="Wall-time budget in seconds.")] = 600.0,
         seed: Annotated[int, typer.Option(help="Seed of every random choice.")] = 0,
         depth: Annotated[int, typer.Option(min=1, help="Longest trajectory, in atomic steps (a macro's steps "
-                                                    "count one each).")] = 12,  # search.drivers.DriverConfig
+                                                    "count one each).")] = 64,  # search.drivers.DriverConfig
         branching: Annotated[int, typer.Option(min=1, help="Children per expanded state.")] = 4,
         width: Annotated[int, typer.Option(min=1, help="Beam width.")] = 2,
         ucb: Annotated[float, typer.Option(callback=finite, min=0.0, help="MCTS exploration constant.")] = 1.4,

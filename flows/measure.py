@@ -93,12 +93,13 @@ def timed_on(program: dict, target: str | None) -> bool:
 
 
 def timing_row(group: StateGroup, state_id: str, leir: str, result, fingerprint: dict, run_id: str,
-               target: str, sample_ms: int) -> dict:
+               target: str, sample_ms: int, unit: str) -> dict:
     return {"state_id": state_id, "target": target, "machine_id": fingerprint.get("id", "unknown"),
             "program_id": group.program_id, "family": group.family, "leir": leir, "status": result.status,
             "time_us": result.median_us, "spread": result.spread, "rounds": len(result.samples_us),
             "samples_us": list(result.samples_us), "min_repeat_ms": sample_ms,
-            "machine": json.dumps(fingerprint, sort_keys=True), "run_id": run_id, "error": result.error or None}
+            "machine": json.dumps(fingerprint, sort_keys=True), "run_id": run_id, "error": result.error or None,
+            "unit": unit}
 
 
 def group_job(group: StateGroup, wanted: list[str], cfg: dict, target: str):
@@ -142,7 +143,7 @@ def measure_groups(groups: list[StateGroup], existing: dict[str, dict], cfg: dic
                 states, fp = list(result.states), result.fingerprint or fingerprint
             for sid, st in zip(wanted, states, strict=True):
                 rows_by_family[group.family].append(timing_row(group, sid, group.states[sid], st, fp, run_id, target,
-                                                               int(cfg["min_repeat_ms"])))
+                                                               int(cfg["min_repeat_ms"]), str(cfg["unit"])))
                 timed += st.ok
                 failed += not st.ok
             left[group.family] -= 1
@@ -182,8 +183,10 @@ def measure_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
         if not isinstance(fingerprint, dict):  # the worker failed before timing anything: say why
             raise RuntimeError(f"measure: the timing worker could not start: {fingerprint}")
         run_id = stable_id("timing-run", fingerprint, time.time_ns(), length=12)
+        # a state this machine timed with the same method is not timed again (one release, one method)
         existing = {r["state_id"]: r for r in read_table(lake, "timings").to_pylist()
-                    if r["machine_id"] == fingerprint["id"] and r["target"] == target and r["status"] == "ok"}
+                    if r["machine_id"] == fingerprint["id"] and r["target"] == target and r["status"] == "ok"
+                    and r["unit"] == str(cfg["unit"])}
         wanted = {s for g in groups for s in g.states}
         existing = {k: v for k, v in existing.items() if k in wanted}
         counts = measure_groups(groups, existing, cfg, target, lake, pool, fingerprint, run_id)
@@ -235,6 +238,8 @@ def released_effects(lake: Path, target: str) -> tuple[list[dict], dict | None]:
     times = {r["state_id"]: r for r in timings if r["machine_id"] == machine_id and r["target"] == target
              and r["status"] == "ok"}
     machine = json.loads(next(iter(times.values()))["machine"]) if times else None
+    if machine is not None:  # how the release's times were taken (`nest` or `state`, measure.unit)
+        machine["timing_units"] = sorted({r["unit"] or "unrecorded" for r in times.values()})
     rows = []
     for s in sorted(released, key=lambda r: r["step_id"]):
         before_id, after_id = ids[s["step_id"]]

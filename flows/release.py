@@ -229,6 +229,18 @@ def _write_measured(folder: Path, measured: Measured, tables: dict) -> None:
         shutil.copyfile(measured.cost_model, folder / "cost_model.json")
 
 
+def _timing_unit_line(units: list[str]) -> str:
+    """How a state's time was taken (the timings' `unit`, `measure.unit` in params.yaml)."""
+    said = {"nest": "by nests: a state's time is the sum of its top-level loop nests' times, each nest compiled "
+                    "once for all the states of its program that share it and run on the values the nests "
+                    "before it computed, the nests' samples summed round by round (README \"Nest by nest\")",
+            "state": "whole: each state compiled and run as one function"}
+    parts = [said.get(u, f"`{u}`") for u in units]
+    if not parts:
+        return ""
+    return "States were timed " + "; some ".join(parts) + f" (`measure.unit`: {', '.join(units)})."
+
+
 def _measured_section(m: Measured) -> str:
     """The card's account of speed: the machine, the effect of the released steps per level and per
     strategy, the preference pairs, the trajectories and the offline cost model."""
@@ -250,7 +262,7 @@ def _measured_section(m: Measured) -> str:
               f"`{m.machine.get('id')}`). One program's states were measured in one session, interleaved (round r "
               "times every state once, the order reversed every other round), each sample at least a few "
               "milliseconds of back-to-back runs, rounds added until each state's relative interquartile "
-              "range is small. A step is `faster` when before/after exceeds 1 by more than twice the larger "
+              f"range is small. {_timing_unit_line(m.machine.get('timing_units') or [])} A step is `faster` when before/after exceeds 1 by more than twice the larger "
               "spread (and at least 2%), `slower` when it falls short by as much, `neutral` otherwise. "
               f"{measured} of {len(m.effects)} released steps have a measured effect.", "",
               *([gpu_line, ""] if gpu_line else []),

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 DEFAULTS = {"drivers": ["chain", "greedy", "beam", "bfs", "dfs", "mcts"], "policy": "library", "programs": "by_family",
             "budget": 12,
-            "wall_s": 300, "depth": 12, "branching": 4, "width": 2, "ucb_c": 1.4, "iterations": 24, "widen": 2,
+            "wall_s": 300, "depth": 64, "branching": 4, "width": 2, "ucb_c": 1.4, "iterations": 24, "widen": 2,
             "time_macro_steps": False,
             "families": "all", "programs_per_family": 1, "seed": 0, "repeats": 5, "min_repeat_ms": 10,
             "reference_programs": 2, "metaschedule_trials": 32, "metaschedule_relax": True, "cost_model": True}

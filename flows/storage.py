@@ -58,7 +58,11 @@ TABLES: dict[str, TableSpec] = {t.name: t for t in (
     TableSpec("timings", ("state_id", "target", "machine_id"), _schema(
         ("state_id", S), ("target", S), ("machine_id", S), ("program_id", S), ("family", S), ("leir", S),
         ("status", S), ("time_us", F64), ("spread", F64), ("rounds", I64), ("samples_us", pa.list_(F64)),
-        ("min_repeat_ms", I64), ("machine", S), ("run_id", S), ("error", S))),
+        ("min_repeat_ms", I64), ("machine", S), ("run_id", S), ("error", S),
+        # how the time was taken: `nest` (the sum of the state's top-level nests, each compiled once per
+        # program, gpu_tasks.nest_timing) or `state` (the whole state as one function); null in rows
+        # written before the column, which the measure stage times again
+        ("unit", S))),
     TableSpec("samples", ("sample_id",), _schema(
         ("sample_id", S), ("split", S), ("prompt", S), ("answer", S), ("step_ids", S), ("strategies", S),
         ("prompt_tokens", I64), ("answer_tokens", I64),

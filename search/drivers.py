@@ -118,7 +118,7 @@ class DriverConfig:
     restarts from the next-best state; `time_macro_steps`: time every intermediate state of a macro
     too (by default only its last state is timed; every one is verified)."""
 
-    depth: int = 12
+    depth: int = 64
     branching: int = 4
     width: int = 2
     ucb_c: float = 1.4

@@ -271,7 +271,7 @@ def test_changed_data_under_the_same_version_makes_a_development_release(tiny_la
 
 
 def test_measure_stage_times_every_released_state_once(tiny_lake):
-    from flows.measure import state_ids
+    from flows.measure import measure_params, state_ids
     from flows.pipeline import run_stage
     from flows.storage import read_table, released_step_rows
 
@@ -289,6 +289,7 @@ def test_measure_stage_times_every_released_state_once(tiny_lake):
     for r in rows:
         assert r["status"] == "ok" and r["time_us"] > 0 and r["rounds"] == len(r["samples_us"]) >= 3
         assert json.loads(r["machine"])["cpu_model"] and r["machine_id"] == measured["machine_id"]
+        assert r["unit"] == measure_params(load_params(profile="tiny"))["unit"] == "nest"  # the method, recorded
     again = run_stage("measure", load_params(profile="tiny"), lake, root / "reports")
     assert again["states_timed"] == 0 and again["states_reused"] == len(wanted)  # once per machine
     assert read_table(lake, "timings").to_pylist() == rows
@@ -325,6 +326,7 @@ def test_release_has_measured_preference_and_trajectory_configs(tiny_lake):
         assert t["machine_id"] and t["cpu"]
     card = (release / "README.md").read_text()
     assert "## Measured effects" in card and "config_name: measured" in card
+    assert "States were timed by nests: a state's time is the sum of its top-level loop nests' times" in card
     assert (release / "cost_model.json").exists() and (root / "lake" / "cost_model" / "model.json").exists()
 
 

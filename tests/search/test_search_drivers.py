@@ -303,7 +303,7 @@ def parallel_and_unit_stride_vector(program: Program) -> bool:
 
 @pytest.mark.parametrize("driver", ["beam", "greedy", "mcts"])
 def test_default_search_on_the_matmul_reaches_parallel_and_unit_stride_vector_code(driver):
-    """The command's defaults (library policy ranked by the cost model and the analysis, depth 12,
+    """The command's defaults (library policy ranked by the cost model and the analysis, depth 64,
     branching 4, width 2), budget 40, seed 1: with timings that say nothing (every state as fast as
     the root), the order of the proposals alone brings the search to such a state."""
     fakes = Fakes()
