@@ -262,7 +262,8 @@ def _measured_section(m: Measured) -> str:
               f"`{m.machine.get('id')}`). One program's states were measured in one session, interleaved (round r "
               "times every state once, the order reversed every other round), each sample at least a few "
               "milliseconds of back-to-back runs, rounds added until each state's relative interquartile "
-              f"range is small. {_timing_unit_line(m.machine.get('timing_units') or [])} A step is `faster` when before/after exceeds 1 by more than twice the larger "
+              f"range is small. {_timing_unit_line(m.machine.get('timing_units') or [])} "
+              "A step is `faster` when before/after exceeds 1 by more than twice the larger "
               "spread (and at least 2%), `slower` when it falls short by as much, `neutral` otherwise. "
               f"{measured} of {len(m.effects)} released steps have a measured effect.", "",
               *([gpu_line, ""] if gpu_line else []),
