@@ -257,3 +257,44 @@ def test_a_program_with_several_contractions_gets_one_macro_for_all_of_them():
     assert_chained(every[0], mlp)
     kernels = [n for n in every[0].after.nests if any(lp.kind == "U" for lp in n.loops)]
     assert len(kernels) == 2
+
+
+# a grouped-query attention's scores: two query heads (a) share one key head (a//2)
+GQA_SCORES = parse_program("B^{1}_{tx=0}L^{4}_{a=0}L^{64}_{c=0}L^{64}_{d=0}L^{16}_{f=0}"
+                           "[S^{f32,g}_{tx,a,c,d}=S^{f32,g}_{tx,a,c,d}+Q^{f32,g}_{tx,a,c,f}*K^{f32,g}_{tx,a//2,d,f};];")
+GQA_SIG = sig(Q=[1, 4, 64, 16], K=[1, 2, 64, 16], S=[1, 4, 64, 64])
+
+
+def test_a_grouped_head_subscript_does_not_hide_a_contraction():
+    """`a//2` is not affine, but the tile's rows (c) and columns (d) do not walk it."""
+    (con,) = contractions(GQA_SCORES)
+    assert (con.rows, con.cols, con.reductions, con.reused) == ("c", "d", ("f",), "K")
+    macro = micro_kernels(Context(GQA_SCORES, GQA_SIG), AVX512)[0]
+    assert_chained(macro, GQA_SCORES)
+    assert_micro_kernel(macro.after)
+
+
+def test_one_macro_schedules_the_heavy_contractions_and_then_the_other_heavy_nests():
+    """program_kernel: every heavy contraction's micro-kernel, then the row kernel of the rest; a
+    contraction below HEAVY_SHARE of the static cost (here the 8x8x8 one) is left as it is."""
+    program = parse_program("B^{32}_{tx=0}L^{128}_{a=0}L^{64}_{c=0}"
+                            "[D^{f32,g}_{tx,a}=D^{f32,g}_{tx,a}+A^{f32,g}_{tx,c}*C^{f32,g}_{c,a};];"
+                            "B^{32}_{tx=0}L^{128}_{a=0}[E^{f32,g}_{tx,a}=exp(D^{f32,g}_{tx,a})*D^{f32,g}_{tx,a};];"
+                            "B^{32}_{tx=0}L^{64}_{a=0}L^{128}_{c=0}"
+                            "[F^{f32,g}_{tx,a}=F^{f32,g}_{tx,a}+E^{f32,g}_{tx,c}*G^{f32,g}_{c,a};];"
+                            "B^{8}_{tx=0}L^{8}_{a=0}L^{8}_{c=0}"
+                            "[H^{f32,g}_{tx,a}=H^{f32,g}_{tx,a}+I^{f32,g}_{tx,c}*J^{f32,g}_{c,a};];")
+    signature = sig(A=[32, 64], C=[64, 128], G=[128, 64], I=[8, 8], J=[8, 8], F=[32, 64])
+    ctx = Context(program, signature)
+    assert len(contractions(program)) == 3
+    proposals = macro_proposals(ctx, AVX512)
+    (whole,) = [m for m in proposals if m.name == "program_kernel"]
+    (every,) = [m for m in proposals if m.name == "micro_kernel" and "nests" in m.params]
+    assert every.params == {"nests": 2} and whole.params == {"nests": 2, "row_nests": 1}
+    assert_chained(whole, program)
+    assert whole.steps[:len(every.steps)] == every.steps        # the micro-kernels first, then the rows
+    assert [t.strategy for t in whole.steps[len(every.steps):]] == ["loop_vectorization", "loop_parallelization"]
+    small = next(n for n in whole.after.nests if n.body[0].lhs.tensor == "H")
+    assert [lp.kind for lp in small.loops] == ["B", "L", "L"]   # below HEAVY_SHARE: untouched
+    act = next(n for n in whole.after.nests if n.body[0].lhs.tensor == "E")
+    assert act.loops[0].kind == "P" and act.loops[-1].kind == "V"
