@@ -52,22 +52,27 @@ _EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
 
 
 def fast_exp_f32(x):
-    """exp of a float32 TIR expression without a call to `expf` (see `_EXP_POLY`)."""
+    """exp of a float32 TIR expression without a call to `expf` (see `_EXP_POLY`). The operand, the
+    exponent `n` and the remainder `r` are bound once (`Let`): written out, each would be copied into
+    the tree some twenty times, so that a nested `fast_exp` (mish: `exp(log(1+exp(x)))`) held
+    hundreds of copies of its operand and took LLVM 6 s to compile."""
     def c(v):
         return tirx.const(v, "float32")
-    xc = tirx.max(tirx.min(x, c(_EXP_HI)), c(_EXP_LO))
+    xv, nv, rv = tirx.Var("fe_x", "float32"), tirx.Var("fe_n", "float32"), tirx.Var("fe_r", "float32")
+    xc = tirx.max(tirx.min(xv, c(_EXP_HI)), c(_EXP_LO))
     n = tirx.floor(xc * c(1.44269504088896341) + c(0.5))
-    r = xc - n * c(_LN2_HI) - n * c(_LN2_LO)
+    r = xc - nv * c(_LN2_HI) - nv * c(_LN2_LO)
     p = c(_EXP_POLY[0])
     for coeff in _EXP_POLY[1:]:
-        p = p * r + c(coeff)
-    y = p * r * r + r + c(1.0)
+        p = p * rv + c(coeff)
+    y = p * rv * rv + rv + c(1.0)
     # 2**n in the exponent bits; n = 128 (just below the overflow bound) as 2**127 * 2
-    bits = tirx.Cast("int32", tirx.min(n, c(127.0))) + tirx.const(127, "int32")
+    bits = tirx.Cast("int32", tirx.min(nv, c(127.0))) + tirx.const(127, "int32")
     scale = tirx.reinterpret("float32", tirx.shift_left(bits, tirx.const(23, "int32")))
-    y = tirx.Select(n > c(127.0), y * c(2.0), y)
-    small = tirx.Select(x < c(_EXP_LO), c(0.0), scale * y)      # exp underflows to (almost) 0
-    return tirx.Select(x > c(_EXP_HI), c(math.inf), small)
+    y = tirx.Select(nv > c(127.0), y * c(2.0), y)
+    small = tirx.Select(xv < c(_EXP_LO), c(0.0), scale * y)      # exp underflows to (almost) 0
+    body = tirx.Select(xv > c(_EXP_HI), c(math.inf), small)
+    return tirx.Let(xv, x, tirx.Let(nv, n, tirx.Let(rv, r, body)))
 
 
 def tvm_dtype(code: str) -> str:

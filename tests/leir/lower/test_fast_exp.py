@@ -37,3 +37,19 @@ def test_fast_exp_vector_loop_calls_no_expf():
     sources = {fn: build(*_program(fn, 64)).mod.inspect_source("ll") for fn in ("fast_exp", "exp")}
     assert "expf" in sources["exp"] or "llvm.exp" in sources["exp"]
     assert "expf" not in sources["fast_exp"] and "llvm.exp" not in sources["fast_exp"]
+
+
+def test_nested_fast_exp_lowers_each_operand_once():
+    """The operand, exponent and remainder are bound once (Let): three nested fast_exps lower to a
+    function about three times one's size, not one with hundreds of copies of the innermost operand
+    (mish's `exp(log(1+exp(x)))` took LLVM 6 s to compile that way), and compute the same values."""
+    from leir.lower.api import lower_to_primfunc, run_numpy
+
+    one, sig = _program("fast_exp", 64)
+    three, _ = _program("fast_exp(fast_exp(fast_exp", 64)
+    three = three.replace("(A^{f32,g}_{a*16+c})", "(A^{f32,g}_{a*16+c})))")
+    sizes = [len(str(lower_to_primfunc(text, sig))) for text in (one, three)]
+    assert sizes[1] < 4 * sizes[0]
+    x = np.linspace(-3, 0.5, 64, dtype=np.float32)
+    got = run_numpy(three, sig, {"A": x})["C"]
+    np.testing.assert_allclose(got, np.exp(np.exp(np.exp(x.astype(np.float64)))), rtol=2e-6)
