@@ -85,9 +85,8 @@ ISSUE_14 = ["matmul_128", "matmul_256", "conv2d_64x56", "layernorm_64x768", "sof
 def serial_form(program):
     """`program` with every bound (`B`) loop a serial `L` loop under a fresh index name (the L-form): a
     tree rewrite, the same computation."""
-    from strategies.analysis.tree import fresh_indices
-
     from leir.ast import Loop, Nest, Program, Var, map_stmt
+    from strategies.analysis.tree import fresh_indices
 
     names = fresh_indices(program)
 
