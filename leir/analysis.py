@@ -127,18 +127,28 @@ def tensor_boxes(program: Program) -> dict[str, tuple[int, ...] | None]:
 
 def access_strides(shape: tuple[int, ...] | None, acc: Access) -> dict[str, int] | None:
     """Element stride of `acc` per loop variable (row-major); None for a gather or an unknown shape."""
+    found = partial_strides(shape, acc)
+    return None if found is None or found[1] else found[0]
+
+
+def partial_strides(shape: tuple[int, ...] | None, acc: Access) -> tuple[dict[str, int], set[str]] | None:
+    """The element strides of `acc`'s affine subscripts per loop variable (row-major), and the names
+    in its other subscripts (a grouped-query head's `a//2`, a gather), whose strides are unknown;
+    None for an unknown shape."""
     if shape is None or len(shape) != len(acc.indices):
         return None
     out: dict[str, int] = {}
+    opaque: set[str] = set()
     step = 1
     for extent, ix in zip(reversed(shape), reversed(acc.indices), strict=True):
         form = affine_form(ix)
         if form is None:
-            return None
-        for var, c in form[0].items():
-            out[var] = out.get(var, 0) + c * step
+            opaque |= {n.name for n in walk_expr(ix) if isinstance(n, Var)}
+        else:
+            for var, c in form[0].items():
+                out[var] = out.get(var, 0) + c * step
         step *= max(int(extent), 1)
-    return out
+    return out, opaque
 
 
 def affine_form(expr) -> tuple[dict[str, int], int] | None:

@@ -27,7 +27,7 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from leir.analysis import access_strides, affine_form, is_update, lhs_vars, reduction_op, tensor_boxes
+from leir.analysis import access_strides, is_update, lhs_vars, partial_strides, reduction_op, tensor_boxes
 from leir.ast import Program, Stmt, Var, accesses
 from search.analysis import DEFAULT_MACHINE, Machine
 from strategies.base import Context, Site, Transformation
@@ -122,7 +122,7 @@ def contractions(program: Program) -> list[Contraction]:
             if lp.var not in spatial or lp.var == cols:
                 continue
             for acc in reads:
-                known = _known_strides(shapes.get(acc.tensor), acc)
+                known = partial_strides(shapes.get(acc.tensor), acc)
                 if known is None:
                     continue
                 st, opaque = known
@@ -137,26 +137,6 @@ def contractions(program: Program) -> list[Contraction]:
         out.append(Contraction(n, lp.var, cols, reductions, acc.tensor, dim, stride,
                                math.prod(x.extent for x in nest.loops)))
     return sorted(out, key=lambda c: (-c.work, c.nest))
-
-
-def _known_strides(shape: tuple[int, ...] | None, acc) -> tuple[dict[str, int], set[str]] | None:
-    """`access_strides` of the access's affine subscripts, and the variables of the others (a grouped
-    query attention's `a//2` head: the rows and columns of a tile need not walk it); None for an
-    unknown shape."""
-    if shape is None or len(shape) != len(acc.indices):
-        return None
-    strides: dict[str, int] = {}
-    opaque: set[str] = set()
-    step = 1
-    for extent, ix in zip(reversed(shape), reversed(acc.indices), strict=True):
-        form = affine_form(ix)
-        if form is None:
-            opaque |= _vars(ix)
-        else:
-            for var, c in form[0].items():
-                strides[var] = strides.get(var, 0) + c * step
-        step *= max(int(extent), 1)
-    return strides, opaque
 
 
 def _vars(ix) -> set[str]:
