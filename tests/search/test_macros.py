@@ -12,7 +12,7 @@ from leir.printer import format_program
 from leir.signature import Signature
 from search.analysis import Machine, estimate_cycles, log2_speedup
 from search.drivers import Budget, DriverConfig, Policy, run
-from search.macros import contractions, macro_proposals, micro_kernels, row_kernels, tile_shapes
+from search.macros import contractions, macro_proposals, micro_kernels, row_kernels, tile_shapes, vector_width
 from search.policies import macro_action
 from strategies.base import Context
 
@@ -103,6 +103,34 @@ def test_tile_shapes_follow_the_vector_registers():
     assert all(r * -(-c // 8) <= 12 for r, c in tile_shapes(128, 128, 8, 16, 2))
     assert tile_shapes(4, 128, 16, 32, 2) == [(2, 64), (2, 32), (2, 16)]  # two row tiles for two cores
     assert tile_shapes(64, 56, 16, 32, 2)[0] == (4, 56)                 # a short axis whole
+    # 56 columns on 16 lanes: seven vectors of 8, so 4 rows take 28 accumulators and 8 rows do not fit
+    assert tile_shapes(64, 56, 16, 32, 2) == [(4, 56), (2, 56)]
+    assert tile_shapes(64, 14, 16, 32, 2) == []                          # no vector width divides 14
+
+
+def test_vector_width_is_a_whole_register_else_the_widest_half_or_quarter_that_divides():
+    assert [vector_width(c, 16) for c in (64, 32, 56, 24, 12, 14, 7)] == [16, 16, 8, 8, 4, 0, 0]
+    assert vector_width(6, 2) == 2   # float64 on SSE: two lanes
+
+
+# A convolution whose 24 output columns are not a whole number of AVX-512 registers (16 lanes)
+CONV_RAGGED = parse_program("B^{1}_{tx=0}L^{8}_{a=0}L^{4}_{c=0}L^{24}_{d=0}L^{4}_{f=0}L^{3}_{g=0}L^{3}_{h=0}"
+                            "[C^{f32,g}_{tx,a,c,d}=C^{f32,g}_{tx,a,c,d}+A^{f32,g}_{tx,f,c+g,d+h}*D^{f32,g}_{a,f,g,h};];")
+CONV_RAGGED_SIG = sig(A=[1, 4, 6, 26], D=[8, 4, 3, 3], C=[1, 8, 4, 24])
+
+
+def test_a_ragged_column_tile_is_computed_in_narrower_vectors_and_every_step_verifies():
+    """A vector loop of 24 lanes would be ragged on 16-lane registers (56 lanes made conv2d 64x56 six
+    times slower than its serial loop): the tile's columns become 3 unrolled vectors of 8."""
+    from gpu_tasks.verify import verify_pair
+
+    macro = micro_kernels(Context(CONV_RAGGED, CONV_RAGGED_SIG), AVX512)[0]
+    assert_chained(macro, CONV_RAGGED)
+    nest = kernel_nest(macro.after)
+    assert [(lp.kind, lp.extent) for lp in nest.loops[-3:]] == [("U", 4), ("U", 3), ("V", 8)]
+    assert macro.params["tile"] == [4, 24]
+    for state in {format_program(t.after): t.after for t in macro.steps}.values():
+        assert verify_pair(CONV_RAGGED, state, CONV_RAGGED_SIG, "llvm", 2, 0).status == "exact", format_program(state)
 
 
 def test_micro_kernel_transposes_an_operand_that_walks_the_vector_axis_with_a_stride():
