@@ -292,14 +292,12 @@ def _micro_kernel_steps(b: _Builder, con: Contraction, rows: int, cols: int, pac
     if not b.apply("loop_unrolling", {}, _at(n, (rows_var,))):
         return False
     lanes = machine.lanes(b.program.nests[n].body[0].lhs.dtype)
-    tile = min(cols, col_extent)
-    width = vector_width(tile, lanes)
-    if width and width < lanes and width < tile:
+    width = vector_width(cols, lanes)
+    if width and width < lanes and width < cols:
         if not b.apply("loop_split", {"factor": width}, _at(n, (cols_var,))):
             return False
         names = [lp.var for lp in b.program.nests[n].loops]
         blocks = names[names.index(cols_var) - 1]
-        roles[blocks] = "cols"
         if not b.apply("loop_unrolling", {}, _at(n, (blocks,))):
             return False
     if not b.apply("loop_vectorization", {}, _at(n, (cols_var,))):
