@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from leir.analysis import statement_sites
+from leir.ast import Stmt
 from leir.parse import parse_program
 from leir.printer import format_program
 from leir.signature import Signature
@@ -161,7 +162,8 @@ def test_micro_kernel_on_a_convolution_parallelises_channels_not_the_batch_of_on
 
 
 def test_row_kernel_vectorises_and_parallelises_every_heavy_nest():
-    (macro,) = row_kernels(Context(SOFTMAX, SOFTMAX_SIG), AVX512)
+    fused, macro = row_kernels(Context(SOFTMAX, SOFTMAX_SIG), AVX512)   # the unfused one comes second
+    assert "fused" not in macro.params and fused.steps[:len(macro.steps)] == macro.steps
     assert_chained(macro, SOFTMAX)
     params = [t.params for t in macro.steps if t.strategy == "loop_vectorization"]
     assert len(params) == 3 and sum(bool(p.get("partials")) for p in params) == 2
@@ -169,6 +171,34 @@ def test_row_kernel_vectorises_and_parallelises_every_heavy_nest():
     heavy = [n for n in macro.after.nests if any(lp.kind == "V" for lp in n.loops)]
     assert len(heavy) == 3 and all(n.loops[0].kind == "P" for n in heavy)
     assert not micro_kernels(Context(SOFTMAX, SOFTMAX_SIG), AVX512)   # no contraction here
+
+
+def test_row_kernel_fuses_the_rows_of_every_nest_into_one_parallel_loop_and_every_step_verifies():
+    """The softmax's three nests, their partial results' combining nests made parallel too, become one
+    parallel row loop (one fork/join, a row's data in cache from pass to pass)."""
+    from gpu_tasks.verify import verify_pair
+
+    fused, plain = row_kernels(Context(SOFTMAX, SOFTMAX_SIG), AVX512)
+    assert_chained(fused, SOFTMAX)
+    assert len(plain.after.nests) == 5          # three passes, two of them with a combining nest
+    (nest,) = fused.after.nests
+    assert [lp.kind for lp in nest.loops] == ["P"] and nest.loops[0].extent == 64
+    assert len(nest.body) == 5 and fused.params["fused"] == 4
+    added = [t.strategy for t in fused.steps[len(plain.steps):]]
+    assert added.count("loop_fusion") == 4 and set(added) == {"loop_fusion", "loop_parallelization"}
+    for t in fused.steps[len(plain.steps):]:
+        assert verify_pair(SOFTMAX, t.after, SOFTMAX_SIG, "llvm", 2, 0).status in ("exact", "close")
+
+
+def test_row_kernel_fusion_stops_at_its_step_limit(monkeypatch):
+    import search.macros as macros
+
+    monkeypatch.setattr(macros, "MAX_ROW_KERNEL_STEPS", 8)
+    fused, plain = row_kernels(Context(SOFTMAX, SOFTMAX_SIG), AVX512)
+    assert len(plain.steps) == 6 and len(fused.steps) <= 8 and fused.params["fused"] == 1
+    monkeypatch.setattr(macros, "MAX_ROW_KERNEL_STEPS", 6)
+    (only,) = row_kernels(Context(SOFTMAX, SOFTMAX_SIG), AVX512)
+    assert only.steps == plain.steps
 
 
 def test_no_macro_on_cuda_and_none_twice_on_a_finished_kernel():
@@ -321,8 +351,11 @@ def test_one_macro_schedules_the_heavy_contractions_and_then_the_other_heavy_nes
     assert every.params == {"nests": 2} and whole.params == {"nests": 2, "row_nests": 1}
     assert_chained(whole, program)
     assert whole.steps[:len(every.steps)] == every.steps        # the micro-kernels first, then the rows
-    assert [t.strategy for t in whole.steps[len(every.steps):]] == ["loop_vectorization", "loop_parallelization"]
-    small = next(n for n in whole.after.nests if n.body[0].lhs.tensor == "H")
+    rows = [t.strategy for t in whole.steps[len(every.steps):]]
+    assert rows[:2] == ["loop_vectorization", "loop_parallelization"]
+    assert whole.params["row_nests"] == 1 and set(rows[2:]) <= {"loop_fusion", "loop_parallelization"}
+    small = next(n for n in whole.after.nests if isinstance(n.body[0], Stmt) and n.body[0].lhs.tensor == "H")
     assert [lp.kind for lp in small.loops] == ["B", "L", "L"]   # below HEAVY_SHARE: untouched
-    act = next(n for n in whole.after.nests if n.body[0].lhs.tensor == "E")
+    (unfused,) = [m for m in proposals if m.name == "row_kernel" and "fused" not in m.params]
+    act = next(n for n in unfused.after.nests if n.body[0].lhs.tensor == "E")
     assert act.loops[0].kind == "P" and act.loops[-1].kind == "V"
