@@ -41,6 +41,15 @@ def _params(profile: str | None):
     return Params(raw, name)
 
 
+def _results_in(lake: Path) -> None:
+    """Prefect's task results (the cache a killed run resumes from) under `lake/.prefect-results`, the
+    lake this command builds, before any flow module is imported (each configures the default `lake/`
+    on import); an explicit PREFECT_LOCAL_STORAGE_PATH is kept."""
+    from flows.prefect_env import configure
+
+    configure(lake)
+
+
 def _task_runner(runner: str, address: str | None, workers: int = 2):
     if runner == "local":
         return None
@@ -70,6 +79,7 @@ def register(app: typer.Typer) -> None:
         if stop_after not in STAGE_NAMES:
             fail(f"--stop-after must be one of {', '.join(STAGE_NAMES)}")
         params = _params(profile)
+        _results_in(lake)
         from flows.prefect_env import local_server
 
         with local_server():
@@ -94,6 +104,7 @@ def register(app: typer.Typer) -> None:
         if name not in STAGE_NAMES:
             fail(f"unknown stage {name!r}; stages: {', '.join(STAGE_NAMES)}")
         params = _params(profile)
+        _results_in(lake)
         from flows.prefect_env import local_server
 
         with local_server():
@@ -135,6 +146,7 @@ def register(app: typer.Typer) -> None:
                 profile: ProfileOpt = None, lake: LakeOpt = Path("lake"), reports: ReportsOpt = Path("reports"),
                 tag: Annotated[bool, typer.Option(help="Tag the commit data-vX.Y.Z and dvc push.")] = True):
         """Gate and write release vX.Y.Z from the current lake (run the pipeline first), then tag and push."""
+        _results_in(lake)
         from flows.release import ReleaseError, parse_version
 
         try:

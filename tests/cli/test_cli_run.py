@@ -78,3 +78,29 @@ def test_lake_status_shows_the_last_scheduled_run(runner, tmp_path):
 
     result = runner.invoke(app, ["lake", "status", "--lake", str(lake), "--json"])
     assert json.loads(result.output)["last_scheduled_run"]["state"] == "Running"
+
+
+@pytest.mark.parametrize("command", [["stage", "generate"], ["run"]])
+def test_prefect_results_go_under_the_lake_the_command_builds(runner, monkeypatch, tmp_path, command):
+    """`--lake X`: the task cache a killed run resumes from is X/.prefect-results, not the project's
+    lake/ (an explicit PREFECT_LOCAL_STORAGE_PATH is kept)."""
+    import contextlib
+    import os
+
+    import flows.pipeline
+    import flows.prefect_env
+
+    seen = []
+    monkeypatch.setattr(flows.prefect_env, "local_server", contextlib.nullcontext)
+    monkeypatch.setattr(flows.pipeline, "run_stage", lambda *a, **k: seen.append(os.environ["PREFECT_LOCAL_STORAGE_PATH"]))
+    monkeypatch.setattr(flows.pipeline, "pipeline_flow", lambda *a, **k: seen.append(os.environ["PREFECT_LOCAL_STORAGE_PATH"]))
+    monkeypatch.setattr(flows.pipeline, "gate_refusal", lambda result: None)
+    monkeypatch.delenv("PREFECT_LOCAL_STORAGE_PATH", raising=False)
+    lake = tmp_path / "elsewhere"
+    result = runner.invoke(app, [*command, "--profile", "tiny", "--lake", str(lake)])
+    assert result.exit_code == 0, result.output
+    assert seen == [str(lake.resolve() / ".prefect-results")]
+    monkeypatch.setenv("PREFECT_LOCAL_STORAGE_PATH", str(tmp_path / "mine"))
+    seen.clear()
+    assert runner.invoke(app, [*command, "--profile", "tiny", "--lake", str(lake)]).exit_code == 0
+    assert seen == [str(tmp_path / "mine")]
