@@ -167,6 +167,8 @@ def test_row_kernel_vectorises_and_parallelises_every_heavy_nest():
     assert_chained(macro, SOFTMAX)
     params = [t.params for t in macro.steps if t.strategy == "loop_vectorization"]
     assert len(params) == 3 and sum(bool(p.get("partials")) for p in params) == 2
+    # partial results one register wide: the serial chain that combines them is 16 long, not 32
+    assert [p["width"] for p in params if p.get("partials")] == [16, 16]
     assert all(p.get("exp") == "fast" for p in params[:2])            # the two nests with exp
     heavy = [n for n in macro.after.nests if any(lp.kind == "V" for lp in n.loops)]
     assert len(heavy) == 3 and all(n.loops[0].kind == "P" for n in heavy)
