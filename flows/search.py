@@ -11,7 +11,7 @@ reports/search.{json,png} with PyTorch eager and MetaSchedule reference times si
   into `lake/steps`: that folder is the transform stage's DVC output, and transform drops shards it
   did not write. The `trajectories` rows name those step ids.
 - References: PyTorch eager on every searched program (the catalogue module, float32,
-  `torch.utils.benchmark`); on the first `reference_programs` (in the profile's pinned order)
+  `torch.utils.benchmark`, timed first and in a fresh process); on the first `reference_programs` (in the profile's pinned order)
   MetaSchedule on the same function the search times: the TensorIR form of the original program tuned
   with `tune_tir` (`gpu_tasks/metaschedule.py`, `metaschedule_trials` trials; 0 skips it) and timed in
   one session with the naive program and the search's best state (`session_*`); with
@@ -175,6 +175,31 @@ def _catalogue_module(p: dict, params: Params):
     raise LookupError(f"no catalogue instance of {p['workload']} with {shape}")
 
 
+def eager_references(programs: list[dict], params: Params) -> dict[str, float | str]:
+    """{program_id: PyTorch eager µs, or why it failed}, timed in a fresh process (spawned, one for all
+    the programs) so that nothing the stage's process did before (searches, worker pools, tuning, the
+    stages before it in one `steptp run`) is in the figure. In the release build's process, eager
+    took 192 µs on the matmul 128^3 that `make run`'s process timed at 35 µs."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    if not programs:
+        return {}
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(_eager_times, programs, params).result()
+
+
+def _eager_times(programs: list[dict], params: Params) -> dict[str, float | str]:
+    out: dict[str, float | str] = {}
+    for p in programs:
+        try:
+            module, inputs = _catalogue_module(p, params)
+            out[p["program_id"]] = torch_eager_us(module, inputs)
+        except Exception as e:  # reported, never hidden
+            out[p["program_id"]] = _describe(e)
+    return out
+
+
 def torch_eager_us(module, inputs, min_run_time: float = 0.5) -> float:
     import torch
     from torch.utils import benchmark
@@ -217,17 +242,22 @@ def references(programs: list[dict], params: Params, cfg: dict, best: dict[str, 
     part that fails leaves its figures null and says why in `error` (`part: Type: message; ...`)."""
     out = []
     trials = int(cfg["metaschedule_trials"])
+    eager = eager_references(programs, params)  # first, and in a process of its own
     for i, p in enumerate(programs):
         row = {"program_id": p["program_id"], "workload": p["workload"], **dict.fromkeys(REFERENCE_KEYS),
                "metaschedule_trials": trials, "error": None}
         errors = []
-        try:
-            module, inputs = _catalogue_module(p, params)
-            row["torch_eager_us"] = torch_eager_us(module, inputs)
-        except Exception as e:  # reported, never hidden
-            errors.append(f"eager: {_describe(e)}")
-            module = None
+        if isinstance(eager.get(p["program_id"]), float):
+            row["torch_eager_us"] = eager[p["program_id"]]
+        else:
+            errors.append(f"eager: {eager.get(p['program_id'], 'not timed')}")
         tuned = trials > 0 and i < int(cfg["reference_programs"])
+        module = None
+        if tuned and cfg["metaschedule_relax"]:
+            try:
+                module, inputs = _catalogue_module(p, params)
+            except Exception as e:
+                errors.append(f"relax: {_describe(e)}")
         if tuned:
             try:
                 from gpu_tasks.metaschedule import tensorir_reference

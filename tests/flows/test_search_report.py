@@ -45,7 +45,7 @@ def fake_parts(monkeypatch):
         return {"metaschedule_us": 12.0, "metaschedule_vm_us": 30.0, "kernels": 1}
 
     monkeypatch.setattr(search, "_catalogue_module", lambda p, params: ("module", ["inputs"]))
-    monkeypatch.setattr(search, "torch_eager_us", lambda module, inputs: 40.0)
+    monkeypatch.setattr(search, "eager_references", lambda programs, params: {p["program_id"]: 40.0 for p in programs})
     monkeypatch.setattr(gpu_tasks.metaschedule, "tensorir_reference", tensorir)
     monkeypatch.setattr(gpu_tasks.metaschedule_relax, "metaschedule_times", relax)
     return calls
@@ -113,3 +113,22 @@ def test_programs_pinned_by_family_or_both():
                                                                             "pool": ["p5"]}
     with pytest.raises(ValueError, match="search.programs"):
         search.select_programs(rows, {**cfg, "programs": "all"})
+
+
+def test_eager_is_timed_in_a_fresh_process_and_a_failure_is_named(monkeypatch):
+    """The stage's own process is not where eager is timed: a module-level patch here does not reach it."""
+    monkeypatch.setattr(search, "torch_eager_us", lambda module, inputs: -1.0)
+    good = {"program_id": "mm", "workload": "matmul", "shape_params": json.dumps({"M": 64, "K": 128, "N": 128}),
+            "shape_source": "model-dims", "dtype": "float32"}
+    bad = {**good, "program_id": "nope", "shape_params": json.dumps({"M": 3, "K": 5, "N": 7})}
+    times = search.eager_references([good, bad], load_params())
+    assert isinstance(times["mm"], float) and 0 < times["mm"] < 1e5
+    assert times["nope"].startswith("LookupError: no catalogue instance of matmul")
+    assert search.eager_references([], load_params()) == {}
+
+
+def test_a_failed_eager_time_is_reported_beside_the_other_figures(fake_parts, monkeypatch):
+    monkeypatch.setattr(search, "eager_references", lambda programs, params: {"p1": "ImportError: no torch"})
+    [row] = search.references([PROGRAM], load_params(), {**search.DEFAULTS, "metaschedule_relax": False})
+    assert row["torch_eager_us"] is None and row["error"] == "eager: ImportError: no torch"
+    assert row["metaschedule_us"] == 10.0
