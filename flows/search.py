@@ -11,14 +11,14 @@ reports/search.{json,png} with PyTorch eager and MetaSchedule reference times si
   into `lake/steps`: that folder is the transform stage's DVC output, and transform drops shards it
   did not write. The `trajectories` rows name those step ids.
 - References: PyTorch eager on every searched program (the catalogue module, float32,
-  `torch.utils.benchmark`, timed first and in a fresh process); on the first `reference_programs` (in the profile's pinned order)
-  MetaSchedule on the same function the search times: the TensorIR form of the original program tuned
-  with `tune_tir` (`gpu_tasks/metaschedule.py`, `metaschedule_trials` trials; 0 skips it) and timed in
-  one session with the naive program and the search's best state (`session_*`); with
-  `metaschedule_relax`, also TVM's own path from the PyTorch module through Relax
-  (`gpu_tasks/metaschedule_relax.py`, `metaschedule_relax_*`), as a second figure. 35-50 s and
-  35-130 s per program at 32 trials on 2 busy cores. Failures are reported with their reason, never
-  hidden.
+  `torch.utils.benchmark`, timed first and in a fresh process); on the first `reference_programs`
+  (in the profile's pinned order) MetaSchedule on the same function the search times: the TensorIR
+  form of the original program tuned with `tune_tir` (`gpu_tasks/metaschedule.py`,
+  `metaschedule_trials` trials; 0 skips it) and timed in one session with the naive program and the
+  search's best state (`session_*`); with `metaschedule_relax`, also TVM's own path from the PyTorch
+  module through Relax (`gpu_tasks/metaschedule_relax.py`, `metaschedule_relax_*`), as a second
+  figure. 35-50 s and 35-130 s per program at 32 trials on 2 busy cores. Failures are reported with
+  their reason, never hidden.
 """
 from __future__ import annotations
 
@@ -185,8 +185,11 @@ def eager_references(programs: list[dict], params: Params) -> dict[str, float | 
 
     if not programs:
         return {}
-    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(_eager_times, programs, params).result()
+    try:
+        with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            return pool.submit(_eager_times, programs, params).result()
+    except Exception as e:  # the process itself failed (killed, out of memory): every row says so
+        return {p["program_id"]: f"timing process: {_describe(e)}" for p in programs}
 
 
 def _eager_times(programs: list[dict], params: Params) -> dict[str, float | str]:

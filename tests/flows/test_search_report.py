@@ -132,3 +132,15 @@ def test_a_failed_eager_time_is_reported_beside_the_other_figures(fake_parts, mo
     [row] = search.references([PROGRAM], load_params(), {**search.DEFAULTS, "metaschedule_relax": False})
     assert row["torch_eager_us"] is None and row["error"] == "eager: ImportError: no torch"
     assert row["metaschedule_us"] == 10.0
+
+
+def test_a_dead_eager_process_fails_every_row_with_its_reason(monkeypatch):
+    monkeypatch.setattr(search, "_eager_times", _exits)  # the child imports this module and dies in it
+    times = search.eager_references([PROGRAM], load_params())
+    assert times["p1"].startswith("timing process: BrokenProcessPool")
+
+
+def _exits(programs, params):
+    import os
+
+    os._exit(3)
