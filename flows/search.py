@@ -250,10 +250,11 @@ def references(programs: list[dict], params: Params, cfg: dict, best: dict[str, 
         row = {"program_id": p["program_id"], "workload": p["workload"], **dict.fromkeys(REFERENCE_KEYS),
                "metaschedule_trials": trials, "error": None}
         errors = []
-        if isinstance(eager.get(p["program_id"]), float):
-            row["torch_eager_us"] = eager[p["program_id"]]
+        eager_us = eager[p["program_id"]]  # a time, or why there is none
+        if isinstance(eager_us, float):
+            row["torch_eager_us"] = eager_us
         else:
-            errors.append(f"eager: {eager.get(p['program_id'], 'not timed')}")
+            errors.append(f"eager: {eager_us}")
         tuned = trials > 0 and i < int(cfg["reference_programs"])
         module = None
         if tuned and cfg["metaschedule_relax"]:
