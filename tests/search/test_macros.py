@@ -203,6 +203,35 @@ def test_row_kernel_fusion_stops_at_its_step_limit(monkeypatch):
     assert only.steps == plain.steps
 
 
+LAYERNORM = parse_program(
+    "B^{16}_{tx=0}L^{256}_{a=0}[F^{f32,g}_{tx}=F^{f32,g}_{tx}+A^{f32,g}_{tx,a};];"
+    "B^{16}_{tx=0}[G^{f32,g}_{tx}=F^{f32,g}_{tx}/256;];"
+    "B^{16}_{tx=0}L^{256}_{a=0}[H^{f32,g}_{tx}=H^{f32,g}_{tx}+(A^{f32,g}_{tx,a}-G^{f32,g}_{tx})**2;];"
+    "B^{16}_{tx=0}[I^{f32,g}_{tx}=H^{f32,g}_{tx}/256;];"
+    "B^{16}_{tx=0}L^{256}_{a=0}[J^{f32,g}_{tx,a}=(A^{f32,g}_{tx,a}-G^{f32,g}_{tx})/sqrt(I^{f32,g}_{tx}+1e-05);];"
+    "B^{16}_{tx=0}L^{256}_{a=0}[C^{f32,g}_{tx,a}=D^{f32,g}_{a}*J^{f32,g}_{tx,a}+E^{f32,g}_{a};];")
+LAYERNORM_SIG = sig(A=[16, 256], D=[256], E=[256], C=[16, 256])
+
+
+def test_row_kernel_inlines_an_elementwise_chain_but_no_statistic_and_every_step_verifies():
+    """The normalised value J, read only by the affine nest over the same elements, is computed there
+    (one pass, one vector loop); the per-row mean G and variance I, read per element, are not."""
+    from gpu_tasks.verify import verify_pair
+
+    fused, plain = row_kernels(Context(LAYERNORM, LAYERNORM_SIG), AVX512)
+    assert_chained(fused, LAYERNORM)
+    assert fused.steps[0].strategy == "compute_inline" and fused.steps[0].site.tensors == ("J",)
+    assert plain.params == {"nests": 3, "inlined": 1} and fused.steps[:len(plain.steps)] == plain.steps
+    assert [t.strategy for t in fused.steps].count("compute_inline") == 1
+    (nest,) = fused.after.nests
+    written = [s.lhs.tensor for s in nest.body if isinstance(s, Stmt)]
+    assert "J" not in written and {"G", "I"} <= set(written)
+    last = nest.body[-1]
+    assert last.loops[-1].kind == "V" and last.body[0].lhs.tensor == "C"   # the chain, vectorised
+    for t in fused.steps:
+        assert verify_pair(LAYERNORM, t.after, LAYERNORM_SIG, "llvm", 2, 0).status in ("exact", "close")
+
+
 def test_no_macro_on_cuda_and_none_twice_on_a_finished_kernel():
     assert macro_proposals(Context(MM_B, MM_SIG, "cuda")) == []
     done = micro_kernels(Context(MM_B, MM_SIG), AVX512)[0].after
