@@ -10,9 +10,10 @@ search (speedup = naive time / best state time, both measured in the same sessio
 protocol), then:
 
 - MetaSchedule on the TensorIR (the reference): the TensorIR form of the original LEIR program tuned
-  with `tune_tir` and `--trials` trials (`gpu_tasks/metaschedule.py`) once per program (both forms
-  lower to the same function on the CPU), checked against the program, and timed in one session per
-  form with that form's naive program and its searches' best state (the same protocol);
+  with `tune_tir` and `--trials` trials (`gpu_tasks/metaschedule.py`) once per program and per
+  `--ms-seeds` seed (both forms lower to the same function on the CPU), checked against the program,
+  and timed in one session per form and tuning with that form's naive program and its searches' best
+  state (the same protocol); with several seeds the strongest tuning is the reference;
 - PyTorch eager on the module (torch.utils.benchmark, every core);
 - `--relax`: TVM's own path from the PyTorch module through Relax (second figure, slow).
 
@@ -112,6 +113,10 @@ def main() -> int:
     ap.add_argument("--depth", type=int, default=DriverConfig().depth,
                     help="longest trajectory in atomic steps (the command's default)")
     ap.add_argument("--trials", type=int, default=64, help="MetaSchedule trials per program (each path)")
+    ap.add_argument("--ms-seeds", nargs="*", type=int, default=[0],
+                    help="MetaSchedule tuned once per seed; the reference is the tuning that times fastest "
+                         "against the search's best state (on layernorm 64x768 one tuning found 10 us, "
+                         "another 18 us)")
     ap.add_argument("--no-model", action="store_true", help="the library policy's own order (no cost model)")
     ap.add_argument("--forms", nargs="*", default=["L", "B"], choices=["L", "B"],
                     help="program forms searched: L (serial loops), B (the published bound thread loop)")
@@ -155,11 +160,13 @@ def main() -> int:
                 searched[form] = search_form(forms[form], tr.signature, args, config, pools, options)
             eager_all, eager_1t = eager[name]
             t0 = time.perf_counter()
-            tuned = tune_primfunc(lower_to_primfunc(tr.program, tr.signature, "llvm", form="tensorir"), args.trials)
-            tuning_s = time.perf_counter() - t0
+            tunings = [tune_primfunc(lower_to_primfunc(tr.program, tr.signature, "llvm", form="tensorir"),
+                                     args.trials, seed) for seed in args.ms_seeds]
+            tuning_s = (time.perf_counter() - t0) / len(tunings)
             for form, found in searched.items():
-                times = time_against_tuned(forms[form], tr.signature, tuned,
-                                           best=found["best_leir"] if found["best_speedup"] > 1.0 else None)
+                best = found["best_leir"] if found["best_speedup"] > 1.0 else None
+                sessions = [time_against_tuned(forms[form], tr.signature, tuned, best=best) for tuned in tunings]
+                times = max(sessions, key=lambda t: (t.best_us or t.naive_us) / t.tuned_us)   # the strongest tuning
                 best_now = times.best_us or times.naive_us
                 row = {"program": name, "form": form, "budget": args.budget, "trials": args.trials,
                        "policy": "library+model" if options["ranked"] else "library",
@@ -168,6 +175,9 @@ def main() -> int:
                        "session_naive_us": times.naive_us, "session_best_us": times.best_us,
                        "session_spread": times.spread, "session_threads": times.threads,
                        "metaschedule_verification": times.verification, "metaschedule_tuning_s": round(tuning_s, 1),
+                       "metaschedule_seeds": args.ms_seeds,
+                       "metaschedule_over_best_search_per_seed": [t.tuned_us / (t.best_us or t.naive_us)
+                                                                  for t in sessions],
                        "metaschedule_over_best_search": times.tuned_us / best_now,
                        "metaschedule_over_naive": times.tuned_us / times.naive_us,
                        "eager_over_best_search": eager_all / best_now}
@@ -273,6 +283,10 @@ def print_row(row: dict, trials: int) -> None:
           f"{row['session_naive_us']:.1f} us, search best {best:.1f} us (spread {row['session_spread']:.2f}); "
           f"ratio MetaSchedule/best search {row['metaschedule_over_best_search']:.3f} "
           f"(naive: {row['metaschedule_over_naive']:.4f})", flush=True)
+    per_seed = row.get("metaschedule_over_best_search_per_seed", [])
+    if len(per_seed) > 1:
+        print(f"  MetaSchedule seeds {row['metaschedule_seeds']}: ratio per tuning "
+              f"{', '.join(f'{r:.3f}' for r in per_seed)} (the lowest is the reference)", flush=True)
     if "metaschedule_relax_us" in row:
         print(f"  MetaSchedule through Relax ({trials} trials): "
               f"{row['metaschedule_relax_us']:.1f} us per kernel sum, {row['metaschedule_relax_vm_us']:.1f} us "
