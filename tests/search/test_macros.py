@@ -232,6 +232,17 @@ def test_row_kernel_inlines_an_elementwise_chain_but_no_statistic_and_every_step
         assert verify_pair(LAYERNORM, t.after, LAYERNORM_SIG, "llvm", 2, 0).status in ("exact", "close")
 
 
+@pytest.mark.parametrize("consumer, inlined", [("E^{f32,g}_{tx,a}*D^{f32,g}_{a}", True),
+                                               ("E^{f32,g}_{tx,a}*E^{f32,g}_{tx,a}", False)])
+def test_row_kernel_never_inlines_a_value_it_would_compute_twice(consumer, inlined):
+    program = parse_program("B^{16}_{tx=0}L^{256}_{a=0}[E^{f32,g}_{tx,a}=exp(A^{f32,g}_{tx,a});];"
+                            f"B^{{16}}_{{tx=0}}L^{{256}}_{{a=0}}[C^{{f32,g}}_{{tx,a}}={consumer};];")
+    macros = row_kernels(Context(program, sig(A=[16, 256], D=[256], C=[16, 256])), AVX512)
+    steps = [t.strategy for m in macros for t in m.steps]
+    assert macros and ("compute_inline" in steps) == inlined
+    assert all(m.params.get("inlined", 0) == int(inlined) for m in macros)
+
+
 def test_no_macro_on_cuda_and_none_twice_on_a_finished_kernel():
     assert macro_proposals(Context(MM_B, MM_SIG, "cuda")) == []
     done = micro_kernels(Context(MM_B, MM_SIG), AVX512)[0].after
