@@ -151,29 +151,55 @@ def _vars(ix) -> set[str]:
     return {n.name for n in walk_expr(ix) if isinstance(n, Var)}
 
 
-def tile_shapes(rows: int, cols: int, lanes: int, registers: int, cores: int) -> list[tuple[int, int]]:
-    """(rows, cols) register tiles, best first: the accumulators leave four vector registers for the
-    loads and broadcasts, the columns are a whole number of vectors (or the whole axis when it is
-    short, in vectors of `vector_width`), there are enough row tiles for every core; ranked by
-    multiply-adds per load (rows*cols / (rows + cols/lanes)), then more rows."""
-    col_options = [c for c in (4 * lanes, 2 * lanes, lanes) if c < cols and cols % c == 0]
-    if cols <= 4 * lanes and vector_width(cols, lanes):
-        col_options.append(cols)
+def tile_shapes(rows: int, cols: int, lanes: int, registers: int, cores: int) -> list[tuple[int, int, int]]:
+    """(rows, cols, vector width) register tiles, best first: the accumulators leave four vector
+    registers for the loads and broadcasts, the columns are a whole number of vectors (or the whole
+    axis when it is short), there are enough row tiles for every core; ranked by multiply-adds per
+    load (rows*cols / (rows + cols/width)), then more rows. Where no whole register divides the
+    columns, both kinds of narrower vector are offered (`vector_widths`)."""
+    options = [(c, lanes) for c in (4 * lanes, 2 * lanes, lanes) if c < cols and cols % c == 0]
+    for w in vector_widths(cols, lanes):
+        if w == lanes:
+            options += [(cols, w)] if cols <= 4 * lanes else []
+        elif w < lanes // 2 + 1:     # a half or quarter register: the whole axis, as before
+            options += [(cols, w)] if cols <= 4 * lanes else []
+        else:                        # a masked register: tiles of 1, 2 or 4 of its vectors
+            options += [(k * w, w) for k in (4, 2, 1) if k * w <= cols and cols % (k * w) == 0]
     row_options = [r for r in (8, 6, 4, 3, 2) if r < rows and rows % r == 0 and rows // r >= cores]
     out = []
     for r in row_options:
-        for c in dict.fromkeys(col_options):
-            acc = r * (c // vector_width(c, lanes))
+        for c, w in dict.fromkeys(options):
+            acc = r * (c // w)
             if acc <= registers - 4 and r * c <= 512:
-                out.append((r, c))
-    return sorted(out, key=lambda rc: (-(rc[0] * rc[1]) / (rc[0] + rc[1] / lanes), -rc[0], -rc[1]))
+                out.append((r, c, w))
+    return sorted(out, key=lambda t: (-(t[0] * t[1]) / (t[0] + t[1] / t[2]), -t[0], -t[1], -t[2]))
+
+
+# A vector of at least this share of a register's lanes is computed as one register with its last
+# lanes masked off (14 of 16 lanes for 56 columns). On a core whose FMA units are a whole AVX-512
+# register wide (AMD Zen 5, 2026-12-02), conv2d 64x56's tile of 8 x 28 in vectors of 14 timed 626 us
+# against 1015 us in vectors of 8 (1.63x; MetaSchedule's 14-lane schedule: 654 us).
+MASKED_SHARE = 0.75
+
+
+def vector_widths(cols: int, lanes: int) -> list[int]:
+    """The vector widths a tile of `cols` columns can be computed in, best first: a whole register
+    where it divides them; else a masked register (the largest divisor of `cols` with at least
+    `MASKED_SHARE` of the lanes), then the widest half or quarter register that divides them. Half
+    registers run as fast per lane on a core whose FMA units are half a register wide (Zen 4), so
+    both are offered and the search measures which is faster here. A vector loop wider than a
+    register and ragged (56 floats on 16 lanes) compiles to code six times slower than the serial
+    loop (conv2d 64x56, measured): never offered."""
+    if cols % lanes == 0:
+        return [lanes]
+    masked = [w for w in range(lanes - 1, 0, -1) if w >= MASKED_SHARE * lanes and w >= 4 and cols % w == 0]
+    narrower = vector_width(cols, lanes)
+    return masked[:1] + ([narrower] if narrower else [])
 
 
 def vector_width(cols: int, lanes: int) -> int:
-    """The lanes of the vectors a tile of `cols` columns is computed in: a whole register where the
-    columns are a multiple of it, else the widest half or quarter register that divides them (0:
-    none). A vector loop of a ragged width (56 floats on 16 lanes) compiles to code six times slower
-    than the serial loop the compiler vectorises itself (conv2d 64x56, measured)."""
+    """The whole register where it divides `cols`, else the widest half or quarter register that
+    divides them (0: none)."""
     for w in (lanes, lanes // 2, lanes // 4):
         if w >= 4 and cols % w == 0:
             return w
@@ -182,19 +208,21 @@ def vector_width(cols: int, lanes: int) -> int:
 
 def micro_kernels(ctx: Context, machine: Machine = DEFAULT_MACHINE, variants: int = 3) -> list[Macro]:
     """Micro-kernel proposals for the heaviest contraction: the best tile shapes, with and without
-    a packed copy of the reused operand; where the program has several contractions (attention, an
-    MLP), also one macro that gives each of them its best tile, heaviest first."""
+    a packed copy of the reused operand, and the best tile of another vector width where there is
+    one (a masked register and a half register); where the program has several contractions
+    (attention, an MLP), also one macro that gives each of them its best tile, heaviest first."""
     found = contractions(ctx.program)
     if not found:
         return []
-    plans = [(r, c, False) for r, c in _shapes_for(ctx.program, found[0], machine)[:2]]
-    plans += [(r, c, True) for r, c in _shapes_for(ctx.program, found[0], machine)[:1]]
+    shapes = _shapes_for(ctx.program, found[0], machine)
+    other = [t for t in shapes if shapes and t[2] != shapes[0][2]][:1]
+    plans = [(t, False) for t in shapes[:2] + other] + [(t, True) for t in shapes[:1]]
     out = []
-    for r, c, pack in plans:
-        macro = _micro_kernel(ctx, found[0], r, c, pack, machine)
+    for (r, c, w), pack in plans:
+        macro = _micro_kernel(ctx, found[0], r, c, pack, machine, w)
         if macro is not None and all(m.after != macro.after for m in out):
             out.append(macro)
-        if len(out) >= variants:
+        if len(out) >= variants + len(other):
             break
     if len(found) > 1:
         macro = _every_contraction(ctx, machine)
@@ -203,7 +231,7 @@ def micro_kernels(ctx: Context, machine: Machine = DEFAULT_MACHINE, variants: in
     return out
 
 
-def _shapes_for(program: Program, con: Contraction, machine: Machine) -> list[tuple[int, int]]:
+def _shapes_for(program: Program, con: Contraction, machine: Machine) -> list[tuple[int, int, int]]:
     nest = program.nests[con.nest]
     extents = {lp.var: lp.extent for lp in nest.loops}
     lanes = machine.lanes(nest.body[0].lhs.dtype)
@@ -211,11 +239,14 @@ def _shapes_for(program: Program, con: Contraction, machine: Machine) -> list[tu
 
 
 def _micro_kernel(ctx: Context, con: Contraction, rows: int, cols: int, pack: bool,
-                  machine: Machine = DEFAULT_MACHINE) -> Macro | None:
+                  machine: Machine = DEFAULT_MACHINE, width: int | None = None) -> Macro | None:
     b = _Builder(ctx)
-    if not _micro_kernel_steps(b, con, rows, cols, pack, machine):
+    if not _micro_kernel_steps(b, con, rows, cols, pack, machine, width):
         return None
     params = {"tile": [rows, cols], "pack": bool(con.reused_stride != 1 or pack)}
+    lanes = machine.lanes(ctx.program.nests[con.nest].body[0].lhs.dtype)
+    if width and width != lanes:
+        params["vector"] = width
     return Macro("micro_kernel", params, tuple(b.steps))
 
 
@@ -235,7 +266,8 @@ def _every_contraction(ctx: Context, machine: Machine, max_steps: int = 4 * MAX_
         con = left[0]
         shapes = _shapes_for(b.program, con, machine)
         saved = (b.ctx, len(b.steps))
-        if shapes and _micro_kernel_steps(b, con, *shapes[0], False, machine) and len(b.steps) <= max_steps:
+        r, c, w = shapes[0] if shapes else (0, 0, 0)
+        if shapes and _micro_kernel_steps(b, con, r, c, False, machine, w) and len(b.steps) <= max_steps:
             done += 1
         else:
             skipped.add(_output(saved[0].program, con))
@@ -250,7 +282,7 @@ def _output(program: Program, con: Contraction) -> str:
 
 
 def _micro_kernel_steps(b: _Builder, con: Contraction, rows: int, cols: int, pack: bool,
-                        machine: Machine = DEFAULT_MACHINE) -> bool:
+                        machine: Machine = DEFAULT_MACHINE, width: int | None = None) -> bool:
     """The micro-kernel's steps for `con` appended to `b` (False, with `b` part-way, when a step is
     not legal)."""
     n = con.nest
@@ -298,7 +330,7 @@ def _micro_kernel_steps(b: _Builder, con: Contraction, rows: int, cols: int, pac
     if not b.apply("loop_unrolling", {}, _at(n, (rows_var,))):
         return False
     lanes = machine.lanes(b.program.nests[n].body[0].lhs.dtype)
-    width = vector_width(cols, lanes)
+    width = width or vector_width(cols, lanes)
     if width and width < lanes and width < cols:
         if not b.apply("loop_split", {"factor": width}, _at(n, (cols_var,))):
             return False

@@ -13,7 +13,15 @@ from leir.printer import format_program
 from leir.signature import Signature
 from search.analysis import Machine, estimate_cycles, log2_speedup
 from search.drivers import Budget, DriverConfig, Policy, run
-from search.macros import contractions, macro_proposals, micro_kernels, row_kernels, tile_shapes, vector_width
+from search.macros import (
+    contractions,
+    macro_proposals,
+    micro_kernels,
+    row_kernels,
+    tile_shapes,
+    vector_width,
+    vector_widths,
+)
 from search.policies import macro_action
 from strategies.base import Context
 
@@ -99,19 +107,45 @@ def test_micro_kernel_on_matmul_is_a_chain_of_strategy_steps(program):
 
 
 def test_tile_shapes_follow_the_vector_registers():
-    assert tile_shapes(128, 128, 16, 32, 2)[:2] == [(4, 64), (8, 32)]   # AVX-512: 16 accumulators of 16 lanes
-    assert tile_shapes(128, 128, 8, 16, 2)[0] == (4, 16)                # AVX2: 8 of its 16 registers
-    assert all(r * -(-c // 8) <= 12 for r, c in tile_shapes(128, 128, 8, 16, 2))
-    assert tile_shapes(4, 128, 16, 32, 2) == [(2, 64), (2, 32), (2, 16)]  # two row tiles for two cores
-    assert tile_shapes(64, 56, 16, 32, 2)[0] == (4, 56)                 # a short axis whole
-    # 56 columns on 16 lanes: seven vectors of 8, so 4 rows take 28 accumulators and 8 rows do not fit
-    assert tile_shapes(64, 56, 16, 32, 2) == [(4, 56), (2, 56)]
-    assert tile_shapes(64, 14, 16, 32, 2) == []                          # no vector width divides 14
+    assert tile_shapes(128, 128, 16, 32, 2)[:2] == [(4, 64, 16), (8, 32, 16)]   # AVX-512: 16 accumulators
+    assert tile_shapes(128, 128, 8, 16, 2)[0] == (4, 16, 8)                     # AVX2: 8 of its 16 registers
+    assert all(r * -(-c // w) <= 12 for r, c, w in tile_shapes(128, 128, 8, 16, 2))
+    assert tile_shapes(4, 128, 16, 32, 2) == [(2, 64, 16), (2, 32, 16), (2, 16, 16)]  # two row tiles, two cores
+    # 56 columns on 16 lanes: vectors of 14 (a masked register) first, then the whole axis in seven
+    # vectors of 8, where 8 rows would take 56 accumulators and do not fit
+    shapes = tile_shapes(64, 56, 16, 32, 2)
+    assert shapes[:3] == [(4, 56, 14), (8, 28, 14), (4, 56, 8)]
+    assert (8, 56, 8) not in shapes and all(r * (c // w) <= 28 for r, c, w in shapes)
+    assert tile_shapes(64, 14, 16, 32, 2)[0] == (8, 14, 14)                      # one masked register
+    assert tile_shapes(64, 54, 16, 32, 2) == []                                  # 54: no width fits
 
 
-def test_vector_width_is_a_whole_register_else_the_widest_half_or_quarter_that_divides():
+def test_vector_widths_a_whole_register_else_a_masked_one_and_the_widest_half_or_quarter():
     assert [vector_width(c, 16) for c in (64, 32, 56, 24, 12, 14, 7)] == [16, 16, 8, 8, 4, 0, 0]
     assert vector_width(6, 2) == 2   # float64 on SSE: two lanes
+    assert [vector_widths(c, 16) for c in (64, 56, 26, 24, 14, 54, 7)] == [[16], [14, 8], [13], [12, 8], [14], [], []]
+    assert vector_widths(56, 8) == [8] and vector_widths(14, 8) == [7]          # AVX2 float32
+
+
+def test_a_masked_register_tile_is_offered_beside_the_half_register_one_and_every_step_verifies():
+    """conv2d 64x56's 56 output columns: a tile in vectors of 14 lanes (one register, two lanes masked)
+    and one in vectors of 8 are both proposed; the first verifies step by step."""
+    from gpu_tasks.verify import verify_pair
+
+    macros = micro_kernels(Context(CONV_56, CONV_56_SIG), AVX512)
+    widths = [m.params.get("vector", 16) for m in macros if "tile" in m.params]
+    assert widths[0] == 14 and 8 in widths
+    nest = kernel_nest(macros[0].after)
+    assert (nest.loops[-1].kind, nest.loops[-1].extent) == ("V", 14)
+    assert_chained(macros[0], CONV_56)
+    for state in {format_program(t.after): t.after for t in macros[0].steps}.values():
+        assert verify_pair(CONV_56, state, CONV_56_SIG, "llvm", 2, 0).status == "exact", format_program(state)
+
+
+# conv2d's 56 output columns (padded input, 3x3): no whole AVX-512 register divides them
+CONV_56 = parse_program("B^{1}_{tx=0}L^{8}_{a=0}L^{2}_{c=0}L^{56}_{d=0}L^{4}_{f=0}L^{3}_{g=0}L^{3}_{h=0}"
+                        "[C^{f32,g}_{tx,a,c,d}=C^{f32,g}_{tx,a,c,d}+A^{f32,g}_{tx,f,c+g,d+h}*D^{f32,g}_{a,f,g,h};];")
+CONV_56_SIG = sig(A=[1, 4, 4, 58], D=[8, 4, 3, 3], C=[1, 8, 2, 56])
 
 
 # A convolution whose 24 output columns are not a whole number of AVX-512 registers (16 lanes)
@@ -122,10 +156,13 @@ CONV_RAGGED_SIG = sig(A=[1, 4, 6, 26], D=[8, 4, 3, 3], C=[1, 8, 4, 24])
 
 def test_a_ragged_column_tile_is_computed_in_narrower_vectors_and_every_step_verifies():
     """A vector loop of 24 lanes would be ragged on 16-lane registers (56 lanes made conv2d 64x56 six
-    times slower than its serial loop): the tile's columns become 3 unrolled vectors of 8."""
+    times slower than its serial loop): beside the tile in masked vectors of 12, one whose columns are
+    3 unrolled vectors of 8."""
     from gpu_tasks.verify import verify_pair
 
-    macro = micro_kernels(Context(CONV_RAGGED, CONV_RAGGED_SIG), AVX512)[0]
+    macros = micro_kernels(Context(CONV_RAGGED, CONV_RAGGED_SIG), AVX512)
+    assert macros[0].params["vector"] == 12
+    macro = next(m for m in macros if m.params.get("vector") == 8)
     assert_chained(macro, CONV_RAGGED)
     nest = kernel_nest(macro.after)
     assert [(lp.kind, lp.extent) for lp in nest.loops[-3:]] == [("U", 4), ("U", 3), ("V", 8)]
