@@ -159,11 +159,9 @@ def tile_shapes(rows: int, cols: int, lanes: int, registers: int, cores: int) ->
     columns, both kinds of narrower vector are offered (`vector_widths`)."""
     options = [(c, lanes) for c in (4 * lanes, 2 * lanes, lanes) if c < cols and cols % c == 0]
     for w in vector_widths(cols, lanes):
-        if w == lanes:
+        if w == lanes or w <= lanes // 2:   # whole, half or quarter registers: the whole axis when short
             options += [(cols, w)] if cols <= 4 * lanes else []
-        elif w < lanes // 2 + 1:     # a half or quarter register: the whole axis, as before
-            options += [(cols, w)] if cols <= 4 * lanes else []
-        else:                        # a masked register: tiles of 1, 2 or 4 of its vectors
+        else:                               # a masked register: tiles of 1, 2 or 4 of its vectors
             options += [(k * w, w) for k in (4, 2, 1) if k * w <= cols and cols % (k * w) == 0]
     row_options = [r for r in (8, 6, 4, 3, 2) if r < rows and rows % r == 0 and rows // r >= cores]
     out = []
@@ -215,7 +213,7 @@ def micro_kernels(ctx: Context, machine: Machine = DEFAULT_MACHINE, variants: in
     if not found:
         return []
     shapes = _shapes_for(ctx.program, found[0], machine)
-    other = [t for t in shapes if shapes and t[2] != shapes[0][2]][:1]
+    other = [t for t in shapes if t[2] != shapes[0][2]][:1]
     plans = [(t, False) for t in shapes[:2] + other] + [(t, True) for t in shapes[:1]]
     out = []
     for (r, c, w), pack in plans:
