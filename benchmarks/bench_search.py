@@ -80,6 +80,11 @@ def programs() -> dict[str, tuple[torch.nn.Module, list[torch.Tensor]]]:
             "linear_relu_64x128x64": (LinearRelu().eval(), [randn(64, 128)])}
 
 
+# nominal float multiply-adds of the compute-bound programs (conv2d: every output element's 64 x 3 x 3
+# products, the padding's included): against the measured FMA peak (benchmarks/fma_peak.py)
+MULTIPLY_ADDS = {"matmul_128": 128 ** 3, "matmul_256": 256 ** 3, "conv2d_64x56": 64 * 64 * 9 * 56 * 56,
+                 "linear_relu_64x128x64": 64 * 128 * 64}
+
 ISSUE_14 = ["matmul_128", "matmul_256", "conv2d_64x56", "layernorm_64x768", "softmax_64x512", "attention_128x64"]
 
 
@@ -131,6 +136,8 @@ def main() -> int:
         print(table_from_rows(args.table, args.drivers))
         return 0
 
+    from fma_peak import measure_gmacs
+
     from flows.search import torch_eager_us
     from gpu_tasks.metaschedule import time_against_tuned, tune_primfunc
     from gpu_tasks.threads import logical_cpus, tvm_threads_here
@@ -145,6 +152,11 @@ def main() -> int:
     rows = []
     # PyTorch eager first, before any worker process exists: timed after a search, with its pools
     # alive, conv2d's eager once took 12.8 ms against 1.6 ms alone (2026-12-02)
+    # the FMA peak first too, in its own process on every core: the ceiling of the matmuls and conv2d
+    peak = measure_gmacs(logical_cpus()) if any(n in MULTIPLY_ADDS for n in args.programs) else None
+    if peak:
+        print(f"float32 multiply-add peak (benchmarks/fma_peak.py, {logical_cpus()} threads): {peak:.1f} G/s",
+              flush=True)
     catalogue, eager = programs(), {}
     for name in args.programs:
         module, inputs = catalogue[name]
@@ -180,7 +192,8 @@ def main() -> int:
                                                                   for t in sessions],
                        "metaschedule_over_best_search": times.tuned_us / best_now,
                        "metaschedule_over_naive": times.tuned_us / times.naive_us,
-                       "eager_over_best_search": eager_all / best_now}
+                       "eager_over_best_search": eager_all / best_now,
+                       **peak_shares(name, peak, best_now, times.tuned_us, found["best_search_us"])}
                 if args.relax and form == args.forms[-1]:
                     from gpu_tasks.metaschedule_relax import metaschedule_times
 
@@ -198,6 +211,20 @@ def main() -> int:
     else:
         print(markdown_table(rows, args.drivers))
     return 0
+
+
+def peak_shares(name: str, peak_gmacs: float | None, best_us: float, tuned_us: float,
+                own_best_us: float | None) -> dict:
+    """The share of the measured FMA peak that the search's best state (in MetaSchedule's session and in
+    its own) and MetaSchedule's kernel reach, for the programs with a known multiply-add count."""
+    macs = MULTIPLY_ADDS.get(name)
+    if not macs or not peak_gmacs:
+        return {}
+
+    def share(us):
+        return round(macs / (us * 1e3) / peak_gmacs, 3) if us else None
+    return {"fma_peak_gmacs": peak_gmacs, "multiply_adds": macs, "best_peak_share": share(best_us),
+            "own_best_peak_share": share(own_best_us), "metaschedule_peak_share": share(tuned_us)}
 
 
 def search_form(program, signature, args, config, pools, options) -> dict:
@@ -248,7 +275,7 @@ def markdown_table(rows: list[dict], drivers: list[str]) -> str:
     the ratios (> 1: the search is faster)."""
     head = ("| program | form | naive µs | " + " | ".join(f"{d} µs" for d in drivers)
             + " | MetaSchedule-64 µs | search best, same session µs | PyTorch eager µs (1 thread / all cores)"
-            " | MS / best | eager / best |")
+            " | MS / best | eager / best | share of FMA peak: best, own session / MS |")
     lines = [head, "|" + " --- |" * (head.count("|") - 1)]
     for r in rows:
         per = " | ".join(f"{r['drivers'][d]['best_us']:.1f} ({r['drivers'][d]['speedup']:.0f}x)"
@@ -260,7 +287,9 @@ def markdown_table(rows: list[dict], drivers: list[str]) -> str:
                      f"| {r['metaschedule_us']:.1f} "
                      f"| {best:.1f} | {r['torch_eager_1t_us']:.1f} / {r['torch_eager_all_us']:.1f} "
                      f"| {r['metaschedule_over_best_search']:.2f} | {eager / best:.2f}"
-                     + (f" (own session {eager / own:.2f}) |" if own else " |"))
+                     + (f" (own session {eager / own:.2f}) |" if own else " |")
+                     + (f" {r['best_peak_share']:.0%}, {r['own_best_peak_share']:.0%}"
+                        f" / {r['metaschedule_peak_share']:.0%} |" if r.get("fma_peak_gmacs") else " - |"))
     return "\n".join(lines)
 
 
@@ -283,6 +312,10 @@ def print_row(row: dict, trials: int) -> None:
           f"{row['session_naive_us']:.1f} us, search best {best:.1f} us (spread {row['session_spread']:.2f}); "
           f"ratio MetaSchedule/best search {row['metaschedule_over_best_search']:.3f} "
           f"(naive: {row['metaschedule_over_naive']:.4f})", flush=True)
+    if row.get("fma_peak_gmacs"):
+        print(f"  share of the FMA peak ({row['fma_peak_gmacs']:.0f} G multiply-adds/s): search best "
+              f"{row['best_peak_share']:.0%} in MetaSchedule's session, {row['own_best_peak_share']:.0%} in its own; "
+              f"MetaSchedule {row['metaschedule_peak_share']:.0%}", flush=True)
     per_seed = row.get("metaschedule_over_best_search_per_seed", [])
     if len(per_seed) > 1:
         print(f"  MetaSchedule seeds {row['metaschedule_seeds']}: ratio per tuning "
