@@ -150,13 +150,13 @@ def main() -> int:
     options = {"ranked": not args.no_model, "prior": prior, "per_strategy": 40, "per_site": 8}
     config = DriverConfig(depth=args.depth, branching=4, width=2, iterations=args.budget * 2)
     rows = []
-    # PyTorch eager first, before any worker process exists: timed after a search, with its pools
-    # alive, conv2d's eager once took 12.8 ms against 1.6 ms alone (2026-12-02)
-    # the FMA peak first too, in its own process on every core: the ceiling of the matmuls and conv2d
+    # the FMA peak first, in its own process on every core: the ceiling of the matmuls and conv2d
     peak = measure_gmacs(logical_cpus()) if any(n in MULTIPLY_ADDS for n in args.programs) else None
     if peak:
         print(f"float32 multiply-add peak (benchmarks/fma_peak.py, {logical_cpus()} threads): {peak:.1f} G/s",
               flush=True)
+    # PyTorch eager next, before any worker process exists: timed after a search, with its pools
+    # alive, conv2d's eager once took 12.8 ms against 1.6 ms alone (2026-12-02)
     catalogue, eager = programs(), {}
     for name in args.programs:
         module, inputs = catalogue[name]
