@@ -4,10 +4,11 @@ The states of one original program share most of their nests: a step rewrites on
 Here each state is cut into timing units (`leir.lower.units`: its top-level nests, a nest together
 with the fill before it or with an earlier nest whose output it updates), every distinct unit of the
 group is compiled once (structurally equal functions are one unit) and timed once, and a state's time
-in round r is the sum of its units' times in round r (a unit that stopped early, its spread reached,
-counts with its median). At release scale that compiles about a sixth of the code the whole states
-would (benchmarks/bench_measure.py); it also makes effects steadier, since the nests a step leaves
-alone add the very same samples to both sides.
+in round r is the sum of its units' times in round r. A unit goes on while a state it belongs to does
+(`gpu_tasks.timing_session.undecided_states`: a comparison of that state still unresolved), so every
+round of a state is a real sum of its units' samples of that round. At release scale that compiles
+about a sixth of the code the whole states would (benchmarks/bench_measure.py); it also makes
+effects steadier, since the nests a step leaves alone add the very same samples to both sides.
 
 What a state's whole function would do and the units do too: the same loops and stores, the same
 LLVM optimisation, intermediates used by one nest allocated inside it. What differs: intermediates
@@ -24,7 +25,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import numpy as np
 import tvm
 import tvm_ffi
 
@@ -34,7 +34,14 @@ from gpu_tasks.jobs import describe_error
 from gpu_tasks.machine_lock import timing_lock
 from gpu_tasks.runner import device_for, make_arguments
 from gpu_tasks.threads import logical_cpus
-from gpu_tasks.timing_session import GroupTiming, StateTime, measure_rounds, relative_iqr, session_fingerprint
+from gpu_tasks.timing_session import (
+    GroupTiming,
+    StateTime,
+    measure_rounds,
+    session_fingerprint,
+    state_time,
+    undecided_states,
+)
 from leir.analysis import program_depth
 from leir.lower.expr import storage_dtype
 from leir.lower.planner import plan_program
@@ -107,14 +114,27 @@ def time_by_nests(loaded: dict, signature, request, outcome: list, start: float)
         runs = [_bound_run(functions[u], request, device, f"u{u}", [arrays[owner[u][0]][n] for n in owner[u][1].args])
                 for u in timed]
         try:
-            weight = _unit_weights(timed, [chains[i] for i in sorted(chains)])
+            position = {u: k for k, u in enumerate(timed)}
+            members = {i: [position[u] for u, _ in chains[i].links] for i in sorted(chains)}
+            pairs = [(b, a) for b, a in request.pairs if b in members and a in members]
+
+            stopped: dict[int, int] = {}  # a state that stopped: its rounds then (its units may go on)
+
+            def still_live(samples: list[list[float]], alive: list[int]) -> list[int]:
+                states = {i: state_samples([samples[k] for k in ks])[:stopped.get(i)] for i, ks in members.items()}
+                undecided = undecided_states(states, pairs, request.target_spread, request.min_rounds)
+                for i in members:
+                    if i not in undecided:
+                        stopped.setdefault(i, len(states[i]))
+                wanted = {k for i in members if i not in stopped for k in members[i]}
+                return [k for k in alive if k in wanted]
+
             with timing_lock(request.lock_path):
-                samples, rounds = measure_rounds(runs, [], request, lambda s: unit_spreads(s, weight))
+                samples, rounds = measure_rounds(runs, [], request, still_live)
             fingerprint = session_fingerprint(request.target, request.arch)
             by_unit = {u: [v * 1e6 for v in s] for u, s in zip(timed, samples, strict=True)}
             for i in sorted(chains):
-                us = state_samples([by_unit[u] for u, _ in chains[i].links])
-                outcome[i] = StateTime("ok", tuple(us), float(np.median(us)), relative_iqr(us))
+                outcome[i] = state_time(state_samples([by_unit[u] for u, _ in chains[i].links]))
         except Exception as e:
             for i in chains:
                 outcome[i] = StateTime("runtime_error", error=describe_error(e))
@@ -122,43 +142,11 @@ def time_by_nests(loaded: dict, signature, request, outcome: list, start: float)
                        round(time.perf_counter() - measure_start, 3), len(distinct.funcs))
 
 
-def _unit_weights(timed: list[int], chains: list[_Chain]) -> list[list[tuple[int, int]]]:
-    """For each timed unit (by position in `timed`), the states it belongs to, each as a list of
-    (position of a unit in `timed`, how many times the state runs it)."""
-    position = {u: k for k, u in enumerate(timed)}
-    states = []
-    for chain in chains:
-        counts: dict[int, int] = {}
-        for u, _ in chain.links:
-            counts[position[u]] = counts.get(position[u], 0) + 1
-        states.append(sorted(counts.items()))
-    return [[st for st in states if any(k == p for p, _ in st)] for k in range(len(timed))]
-
-
-def unit_spreads(samples: list[list[float]], states_of: list[list[list[tuple[int, int]]]]) -> list[float]:
-    """Each unit's spread as it weighs in the states it belongs to: its interquartile range over the
-    median time of the smallest of those states. A nest of 2 µs in a 200 µs state may wander by 20%
-    without moving the state; repeating it until it does not would only cost rounds."""
-    medians = [float(np.median(s)) if s else 0.0 for s in samples]
-    out = []
-    for k, s in enumerate(samples):
-        if len(s) < 2:
-            out.append(0.0)
-            continue
-        q25, q75 = np.percentile(s, [25, 75])
-        totals = [sum(medians[p] * n for p, n in st) for st in states_of[k]]
-        smallest = min((t for t in totals if t > 0), default=0.0)
-        out.append(float((q75 - q25) / smallest) if smallest > 0 else 0.0)
-    return out
-
-
 def state_samples(unit_samples: list[list[float]]) -> list[float]:
-    """A state's samples from its units' samples: round r's sum over the units, a unit that has no
-    sample in round r (its spread was reached) counted with its median."""
-    rounds = max(len(s) for s in unit_samples)
-    medians = [float(np.median(s)) for s in unit_samples]
-    return [sum(s[r] if r < len(s) else m for s, m in zip(unit_samples, medians, strict=True))
-            for r in range(rounds)]
+    """A state's samples from its units' samples: round r's sum over the units, for the rounds every
+    unit has (a unit goes on while any state it belongs to does, so it may have more)."""
+    rounds = min(len(s) for s in unit_samples)
+    return [sum(s[r] for s in unit_samples) for r in range(rounds)]
 
 
 def _chain_of(program, signature, distinct: _Distinct) -> _Chain:

@@ -8,10 +8,17 @@ interleaved (shared/DESIGN.md, "Timing protocol"): round r times every state onc
 on even rounds and in reverse order on odd ones, so that a drift of the machine hits every state
 alike and each step's before and after are compared within the same minutes.
 
-Repeats follow the spread that is measured: after `min_rounds` rounds a state whose relative
-interquartile range is at most `target_spread` is done; the others get more rounds, up to
-`max_rounds` (or until the group has used `max_measure_s`). Each sample is TVM's `time_evaluator`
-mean over at least `min_repeat_ms` of back-to-back runs.
+Repeats follow the comparisons the caller names (`pairs`: a step's before and after state): after
+`min_rounds` rounds, a state goes on while a comparison it is part of has an interval that is still
+unresolved (`gpu_tasks.effect`), a state in no comparison while its relative interquartile range is
+above `target_spread`; at most `max_rounds` (or until the group has used `max_measure_s`). Each
+sample is TVM's `time_evaluator` mean over at least `min_repeat_ms` of back-to-back runs.
+
+Nest by nest (`unit="nest"`), the states are timed as the sums of their nests first; then the states
+of every comparison that changes the number of top-level nests or has a side under
+`whole_below_us` per call, and the states of `whole`, are timed whole as well, in a second session of
+their own (`GroupTiming.whole`): a sum of separate calls is no measure of a state that runs in a
+microsecond, nor of a step that fuses or splits nests.
 
 Builds are made as a program is deployed (TVM's default LLVM optimisation; the per-call argument
 checks left out, see TIMING_PASS_CONFIG), and first, outside the machine's timing lock, on every
@@ -21,9 +28,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-
-import numpy as np
+from dataclasses import dataclass, replace
 
 from gpu_tasks.cache import TIMING_PASS_CONFIG, BuildCache, Built
 from gpu_tasks.guard import DEFAULT_LIMITS, Limits
@@ -38,13 +43,16 @@ from gpu_tasks.timing_session import (  # noqa: F401 (re-exported: the timing AP
     measure_rounds,
     relative_iqr,
     session_fingerprint,
+    state_time,
+    undecided_states,
 )
 
-DEFAULT_MIN_ROUNDS = 3
-DEFAULT_MAX_ROUNDS = 9
+DEFAULT_MIN_ROUNDS = 5
+DEFAULT_MAX_ROUNDS = 15
 DEFAULT_TARGET_SPREAD = 0.03
 DEFAULT_SAMPLE_MS = 4
 DEFAULT_MAX_MEASURE_S = 120.0
+DEFAULT_WHOLE_BELOW_US = 5.0
 # `state`: each state is one function, compiled and timed whole. `nest` (llvm only): each state is cut
 # into its top-level nests (`leir.lower.units`); every distinct nest of the group is compiled and timed
 # once, and a state's time is the sum of its nests' times, round by round.
@@ -71,6 +79,9 @@ class StateGroupRequest:
     build_threads: int = 0  # 0: one per logical CPU
     llvm_opt_level: int | None = None  # None: TVM's default (3), as deployed
     unit: str = "state"  # what is compiled and timed: each whole `state`, or each distinct `nest` (UNITS)
+    pairs: tuple[tuple[int, int], ...] = ()  # (before, after) state indices: the comparisons that decide the rounds
+    whole: tuple[int, ...] = ()  # with `unit="nest"`: states timed whole as well, whatever their pairs
+    whole_below_us: float = DEFAULT_WHOLE_BELOW_US  # with `unit="nest"`: a pair with a side under this is timed whole
 
 
 def time_states_job(request: StateGroupRequest) -> GroupTiming:
@@ -88,17 +99,45 @@ def time_states_job(request: StateGroupRequest) -> GroupTiming:
             loaded[i] = load_program(f"state {i}", text, signature, request.limits)
         except VerificationFailed as failed:
             outcome[i] = StateTime(failed.verification.status, error=failed.verification.error)
+    if request.unit not in UNITS:
+        raise ValueError(f"unknown timing unit {request.unit!r}; expected one of {', '.join(UNITS)}")
+    nests = tuple(len(loaded[i].program.nests) if i in loaded else None for i in range(len(request.states)))
     if request.unit == "nest" and request.target == "llvm":
         from gpu_tasks.nest_timing import time_by_nests
 
-        return time_by_nests(loaded, signature, request, outcome, start)
-    if request.unit not in UNITS:
-        raise ValueError(f"unknown timing unit {request.unit!r}; expected one of {', '.join(UNITS)}")
-    return _time_whole_states(loaded, signature, request, outcome, start)
+        by_nests = time_by_nests(loaded, signature, request, outcome, start)
+        return replace(_with_whole_states(by_nests, loaded, signature, request), nests=nests)
+    return replace(_time_whole_states(loaded, signature, request, outcome, start, request.pairs), nests=nests)
+
+
+def whole_pairs(loaded: dict, times: list[StateTime | None], request: StateGroupRequest
+                ) -> tuple[tuple[int, int], ...]:
+    """The pairs a nest-by-nest session also times whole: those that change the number of top-level
+    nests or have a side under `whole_below_us` per call (both sides timed by nests)."""
+    ok = {i for i, t in enumerate(times) if t is not None and t.ok and i in loaded}
+    return tuple((b, a) for b, a in request.pairs if b in ok and a in ok and (
+        len(loaded[b].program.nests) != len(loaded[a].program.nests)
+        or min(times[b].median_us, times[a].median_us) < request.whole_below_us))
+
+
+def _with_whole_states(by_nests: GroupTiming, loaded: dict, signature, request: StateGroupRequest) -> GroupTiming:
+    """`by_nests` with the whole-state times of the states of `whole_pairs` and `request.whole`."""
+    pairs = whole_pairs(loaded, list(by_nests.states), request)
+    ok = {i for i, t in enumerate(by_nests.states) if t is not None and t.ok}
+    wanted = sorted({i for p in pairs for i in p} | {i for i in request.whole if i in ok})
+    whole: list[StateTime | None] = [None] * len(request.states)
+    if not wanted:
+        return replace(by_nests, whole=tuple(whole))
+    start = time.perf_counter()
+    timed = _time_whole_states({i: loaded[i] for i in wanted}, signature, request, list(whole), start, pairs)
+    return replace(by_nests, whole=timed.states, build_s=round(by_nests.build_s + timed.build_s, 3),
+                   measure_s=round(by_nests.measure_s + timed.measure_s, 3),
+                   functions=by_nests.functions + timed.functions,
+                   fingerprint=by_nests.fingerprint or timed.fingerprint)
 
 
 def _time_whole_states(loaded: dict, signature, request: StateGroupRequest, outcome: list,
-                       start: float) -> GroupTiming:
+                       start: float, pairs: tuple[tuple[int, int], ...]) -> GroupTiming:
     built = _build_all(loaded, signature, request)
     for i, b in built.items():
         if isinstance(b, str):
@@ -115,12 +154,19 @@ def _time_whole_states(loaded: dict, signature, request: StateGroupRequest, outc
             evaluators = [built[i].executable.mod.time_evaluator("main", device, number=1, repeat=1,
                                                                   min_repeat_ms=int(request.min_repeat_ms))
                           for i in ready]
+            position = {i: k for k, i in enumerate(ready)}
+            live = [(position[b], position[a]) for b, a in pairs if b in position and a in position]
+
+            def still_live(samples: list[list[float]], alive: list[int]) -> list[int]:
+                undecided = undecided_states(dict(enumerate(samples)), live, request.target_spread,
+                                             request.min_rounds)
+                return [k for k in alive if k in undecided]
+
             with timing_lock(request.lock_path):
-                samples, rounds = measure_rounds(evaluators, args, request)
+                samples, rounds = measure_rounds(evaluators, args, request, still_live)
             fingerprint = session_fingerprint(request.target, request.arch)
             for i, s in zip(ready, samples, strict=True):
-                us = [v * 1e6 for v in s]
-                outcome[i] = StateTime("ok", tuple(us), float(np.median(us)), relative_iqr(us))
+                outcome[i] = state_time([v * 1e6 for v in s])
         except Exception as e:
             for i in ready:
                 outcome[i] = StateTime("runtime_error", error=describe_error(e))

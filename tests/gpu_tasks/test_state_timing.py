@@ -8,8 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from gpu_tasks.effect import effect_class, step_effect
+from gpu_tasks.effect import classify, speedup_interval, step_effect
 from gpu_tasks.state_timing import StateGroupRequest, measure_rounds, relative_iqr, time_states_job
+from gpu_tasks.timing_session import undecided_states
 
 SIG = json.dumps({"tensors": [{"name": "A", "shape": [64, 64], "dtype": "float32", "role": "input"},
                               {"name": "C", "shape": [64, 64], "dtype": "float32", "role": "input"},
@@ -69,22 +70,54 @@ def test_rounds_alternate_their_order_and_stop_per_state_when_the_spread_is_smal
     assert log[8:] == ["noisy"] * 3
 
 
-@pytest.mark.parametrize("speedup, spread, expected", [
-    (1.01, 0.0, "neutral"),     # inside the 2% floor
-    (1.5, 0.01, "faster"),
-    (1.10, 0.06, "neutral"),    # 10% faster, but twice the spread is 12%
-    (1.13, 0.06, "faster"),
-    (0.5, 0.01, "slower"),
-    (1 / 1.10, 0.06, "neutral"),
-    (float("inf"), 0.0, "faster"),
+@pytest.mark.parametrize("low, high, expected", [
+    (1.10, 1.30, "faster"),       # the whole interval above 1 + 5%
+    (1.04, 1.30, "unresolved"),   # reaches into the margin
+    (0.97, 1.03, "neutral"),      # inside [1/1.05, 1.05]
+    (0.90, 1.03, "unresolved"),
+    (0.50, 0.90, "slower"),
+    (0.50, 0.96, "unresolved"),
 ])
-def test_effect_class_follows_the_measured_spread(speedup, spread, expected):
-    assert effect_class(speedup, spread) == expected
+def test_the_effect_comes_from_the_interval_never_neutral_by_default(low, high, expected):
+    assert classify(low, high) == expected
 
 
-def test_step_effect_needs_both_sides():
-    assert step_effect(100.0, 50.0, 0.01, 0.02) == {"speedup": 2.0, "spread": 0.02, "effect": "faster"}
-    assert step_effect(None, 50.0, None, 0.02) == {"speedup": None, "spread": None, "effect": None}
+def test_step_effect_needs_both_sides_and_five_rounds():
+    fast = step_effect([100.0, 101.0, 99.0, 100.0, 100.5], [50.0, 50.5, 49.5, 50.0, 50.2], "k", paired=True)
+    assert fast["effect"] == "faster" and fast["speedup_low"] <= fast["speedup"] <= fast["speedup_high"]
+    assert step_effect(None, [50.0] * 5, "k") == {"speedup": None, "speedup_low": None, "speedup_high": None,
+                                                   "effect": None}
+    three = step_effect([100.0] * 3, [50.0] * 3, "k")
+    assert three["effect"] == "unresolved" and three["speedup"] == 2.0 and three["speedup_low"] is None
+
+
+def test_pairing_by_round_cancels_what_moves_both_sides_of_a_round():
+    # the machine slows down by 2x in rounds 2-4: both sides move together
+    before = [100.0, 200.0, 200.0, 200.0, 100.0, 100.0, 200.0]
+    after = [97.0, 194.0, 194.0, 194.0, 97.0, 97.0, 194.0]
+    paired = step_effect(before, after, "k", paired=True)
+    unpaired = step_effect(before, after, "k", paired=False)
+    assert paired["effect"] == "neutral" and paired["speedup"] == pytest.approx(100 / 97)
+    assert unpaired["effect"] == "unresolved"  # resampled apart, the drift swamps a 3% difference
+
+
+def test_the_interval_is_seeded_by_the_step():
+    rng = np.random.default_rng(7)
+    b, a = list(100 + rng.normal(0, 3, 40)), list(90 + rng.normal(0, 3, 40))
+    assert speedup_interval(b, a, "step-1") == speedup_interval(b, a, "step-1")  # the same bytes every build
+    assert speedup_interval(b, a, "step-1") != speedup_interval(b, a, "step-2")
+
+
+def test_a_state_goes_on_while_a_comparison_it_is_part_of_is_undecided():
+    steady = [100.0, 100.5, 99.5, 100.2, 99.8]
+    samples = {0: steady, 1: [50.0, 50.2, 49.8, 50.1, 49.9],        # 0 -> 1: faster, decided
+               2: [100.0, 60.0, 140.0, 80.0, 120.0],                 # 0 -> 2: undecided
+               3: [100.0, 100.0, 100.0, 100.0], 4: [5.0, 5.0, 5.0, 5.0]}  # 3 -> 4: too few rounds yet
+    assert undecided_states(samples, [(0, 1), (0, 2), (3, 4)], 0.03, 5) == {0, 2, 3, 4}
+    assert undecided_states(samples, [(0, 1)], 0.03, 5) == {2}  # 2, in no pair: its spread is large
+    # an interval narrower than TIGHT that straddles the margin's bound is at the bound: no more rounds
+    border = [104.9, 105.1, 105.0, 104.95, 105.05, 105.0]
+    assert undecided_states({0: [100.0] * 6, 1: [100 * 100 / v for v in border]}, [(0, 1)], 0.03, 5) == set()
 
 
 # --- nest by nest (the measure stage's default): each distinct nest compiled and timed once -------------
@@ -120,17 +153,18 @@ def test_nest_timing_fails_a_bad_state_alone():
 def test_a_states_samples_are_its_nests_samples_summed_round_by_round():
     from gpu_tasks.nest_timing import state_samples
 
-    # the second nest reached its spread after two rounds: its median stands in for the rest
-    assert state_samples([[10.0, 12.0, 11.0, 13.0], [5.0, 7.0]]) == [15.0, 19.0, 17.0, 19.0]
+    # the second nest went on for another state: the first's rounds are the ones both have
+    assert state_samples([[10.0, 12.0, 11.0], [5.0, 7.0, 6.0, 8.0]]) == [15.0, 19.0, 17.0]
 
 
-def test_a_nests_spread_is_weighed_against_the_smallest_state_it_is_part_of():
-    from gpu_tasks.nest_timing import unit_spreads
-
-    samples = [[100.0, 101.0, 99.0], [2.0, 2.4, 1.6], [2.0, 2.4, 1.6]]
-    # unit 1 belongs to a 102 µs state (units 0 and 1); unit 2 runs alone in a state of its own
-    states_of = [[[(0, 1), (1, 1)]], [[(0, 1), (1, 1)]], [[(2, 1)]]]
-    spreads = unit_spreads(samples, states_of)
-    assert spreads[0] == pytest.approx(1.0 / 102.0)
-    assert spreads[1] == pytest.approx(0.4 / 102.0)
-    assert spreads[2] == pytest.approx(0.2)
+def test_a_small_state_or_a_sampled_one_is_timed_whole_as_well_in_a_nest_session():
+    states = (MAX_NEST + SUM_NEST + DIV_NEST, MAX_NEST + SUM_NEST + PAR_DIV_NEST)
+    result = time_states_job(StateGroupRequest(states, SOFTMAX_SIG, min_rounds=5, max_rounds=6, min_repeat_ms=1,
+                                               unit="nest", pairs=((0, 1),), whole_below_us=0.0))
+    assert result.nests == (3, 3) and result.whole == (None, None)  # same nests, not small: by nests only
+    result = time_states_job(StateGroupRequest(states, SOFTMAX_SIG, min_rounds=5, max_rounds=6, min_repeat_ms=1,
+                                               unit="nest", pairs=((0, 1),), whole_below_us=1e9))
+    assert all(w is not None and w.ok and len(w.samples_us) >= 5 for w in result.whole)  # "small": timed whole
+    result = time_states_job(StateGroupRequest(states, SOFTMAX_SIG, min_rounds=5, max_rounds=5, min_repeat_ms=1,
+                                               unit="nest", whole=(1,)))
+    assert result.whole[0] is None and result.whole[1].ok   # the agreement sample
