@@ -12,8 +12,8 @@ import typer
 from cli.common import fail
 from flows.config import PARAMS, ROOT
 
-STAGE_NAMES = ("generate", "transform", "verify", "filter", "tokens", "measure", "cost_model", "search", "report",
-               "validate", "release")
+STAGE_NAMES = ("generate", "transform", "verify", "filter", "follow_ups", "tokens", "measure", "cost_model", "search",
+               "report", "validate", "release")
 ProfileOpt = Annotated[str | None, typer.Option(help="Profile of params.yaml (default: its `profile`).")]
 LakeOpt = Annotated[Path, typer.Option(help="The lake folder.")]
 ReportsOpt = Annotated[Path, typer.Option(help="Where reports (JSON metrics, PNG plots) go.")]

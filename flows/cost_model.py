@@ -21,7 +21,7 @@ configure()
 from prefect import flow  # noqa: E402
 
 from flows.config import Params  # noqa: E402
-from flows.measure import measuring_machine  # noqa: E402
+from flows.measure import measure_params, measuring_machine  # noqa: E402
 from flows.storage import family_splits, read_table  # noqa: E402
 from flows.tasks import say  # noqa: E402
 
@@ -29,11 +29,15 @@ MODEL_PATH = Path("cost_model") / "model.json"
 MIN_STATES_PER_PROGRAM = 3  # a within-program correlation needs at least this many states
 
 
-def training_rows(lake: Path, target: str) -> tuple[list[dict], str | None]:
-    """The timed states of the measuring machine (ok rows), and its id."""
+def training_rows(lake: Path, target: str, unit: str = "nest") -> tuple[list[dict], str | None]:
+    """The timed states of the measuring machine (ok rows, one per state: in `unit`, the measure
+    stage's, where the state has such a row, else its other one), and the machine's id."""
     timings = [r for r in read_table(lake, "timings").to_pylist() if r["status"] == "ok" and r["target"] == target]
     machine = measuring_machine(timings, {r["state_id"] for r in timings}, target)
-    return [r for r in timings if r["machine_id"] == machine], machine
+    one: dict[str, dict] = {}
+    for r in sorted((r for r in timings if r["machine_id"] == machine), key=lambda r: r["unit"] != unit):
+        one.setdefault(r["state_id"], r)
+    return list(one.values()), machine
 
 
 def spearman(a, b) -> float | None:
@@ -83,7 +87,7 @@ def cost_model_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
 
     params, lake = Params(raw, profile), Path(lake)
     target = params.verify["target"]
-    rows, machine = training_rows(lake, target)
+    rows, machine = training_rows(lake, target, str(measure_params(params)["unit"]))
     out = {"stage": "cost_model", "states": len(rows), "machine_id": machine}
     path = lake / MODEL_PATH
     if not rows:

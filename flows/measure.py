@@ -1,32 +1,38 @@
-"""The measure stage (issue 24): every program state the release refers to, timed once per machine.
+"""The measure stage (issues 24, 41): every program state the release refers to, timed once per
+machine, and the effect of every released step from an interval.
 
-The states are the originals of the released steps and the before and after state of every
-released step (a state is its `program_id`: canonical LEIR plus signature, so a state that several
-steps share is timed once). One timing job per original program measures all of that program's
-states in one interleaved session (`gpu_tasks.state_timing`): builds on every core first, then,
-holding the machine's timing lock, rounds over the states until each one's spread is small enough.
-By default (`measure.unit: nest`) a state is timed as the sum of its top-level nests, each distinct
-nest of the program compiled and timed once (`gpu_tasks.nest_timing`): at release scale the states
-of a program share most of their nests, and compiling every whole state did not fit the build's budget.
+The states are the originals of the released steps, the before and after state of every released
+step, and the after-state of every verified follow-up of a released enabling step (`follow_ups`; a
+state is its `program_id`: canonical LEIR plus signature, so a state that several steps share is
+timed once). One timing job per original program measures all of that program's states in one
+interleaved session (`gpu_tasks.state_timing`): builds on every core first, then, holding the
+machine's timing lock, rounds over the states. The job is told the comparisons that matter (each
+released step's before and after state, each follow-up's chain: the enabling step's before-state
+against the follow-up's after-state) and goes on, from `min_rounds` up to `max_rounds`, until every
+comparison's bootstrap interval is decided (`gpu_tasks.effect`).
 
-Timings are measurements, not deterministic data: they live in the `timings` table, one row per
-(state, target, machine), beside the deterministic tables and never read by the stages that write
-those. A state that this machine has already timed is not timed again (`make run` after an edit
-times only the new states; a killed run resumes), and each family's rows are written as soon as its
-programs are done, in the shard `<machine id>-<family>`.
+A state is timed as the sum of its top-level nests (`measure.unit: nest`, each distinct nest of the
+program compiled and timed once, `gpu_tasks.nest_timing`), and timed whole as well where a
+comparison changes the number of nests or has a side under `measure.whole_below_us` per call, and
+for a seeded sample of `measure.agreement_states` states (the nest/whole agreement the card
+reports). Rows are per (state, target, machine, unit), with the session and the protocol.
 
-Read back, the table gives each released step's effect: the ratio of its before-state's and
-after-state's times on one machine (`gpu_tasks.effect`: `faster` / `neutral` / `slower` against the
-measured spread). The machine is the one that timed most of the release's states (ties: the smaller
-fingerprint id), so that every figure of a release comes from one machine, which the card names.
-Those effects go to the release's `measured` and `preference` configs, the card, and the cost
-model's training set; no deterministic stage reads them.
+Timings are measurements, not deterministic data: they live in `timings` and `effects`, beside the
+deterministic tables and never read by the stages that write those. A program whose states this
+machine has all timed in one session on the same protocol is not timed again (`make run` after an
+edit times the programs whose states changed; a killed run resumes), and each family's rows are
+written as soon as its programs are done, in the shard `<machine id>-<family>`.
+
+The `effects` table holds each released step's effect and each follow-up's chain effect on this
+machine (`TimingIndex.compare`, below); the release reads it for the machine that timed most of the release's
+states (ties: the smaller fingerprint id), so that every figure of a release comes from one machine.
 """
 from __future__ import annotations
 
 import json
 import time
 from collections import Counter as Tally
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,38 +43,54 @@ configure()
 from prefect import flow  # noqa: E402
 
 from flows.config import Params  # noqa: E402
-from flows.keys import stable_id  # noqa: E402
+from flows.keys import rank, stable_id  # noqa: E402
 from flows.storage import read_table, released_step_rows, write_shard  # noqa: E402
 from flows.tasks import StageProgress, say  # noqa: E402
+from gpu_tasks.effect import step_effect  # noqa: E402 (pure arithmetic: no TVM)
 
-DEFAULTS = {"min_rounds": 3, "max_rounds": 9, "target_spread": 0.03, "min_repeat_ms": 4, "max_measure_s": 120.0,
-            "timeout_s": 900.0, "unit": "nest"}
+DEFAULTS = {"min_rounds": 5, "max_rounds": 15, "target_spread": 0.03, "min_repeat_ms": 4, "max_measure_s": 120.0,
+            "timeout_s": 900.0, "unit": "nest", "whole_below_us": 5.0, "agreement_states": 200}
+# The entries of the configuration that decide how a state is timed: rows timed otherwise are timed again.
+PROTOCOL_KEYS = ("min_rounds", "max_rounds", "target_spread", "min_repeat_ms", "unit", "whole_below_us")
 
 
 @dataclass
 class StateGroup:
-    """One original program and the states of its released steps (original first, then in the order
-    the steps name them)."""
+    """One original program, the states to time (original first, then in the order the steps name
+    them) and the comparisons that decide the rounds, (before state id, after state id)."""
 
     program_id: str
     family: str
     signature: str
     states: dict[str, str] = field(default_factory=dict)  # state id -> LEIR
+    pairs: dict[tuple[str, str], None] = field(default_factory=dict)  # ordered, each once
+    whole: set[str] = field(default_factory=set)  # states timed whole as well (the agreement sample)
 
 
 def measure_params(params: Params) -> dict:
     return {**DEFAULTS, **(params.raw.get("measure") or {}), **(params.profile.get("measure") or {})}
 
 
-def state_groups(programs: list[dict], steps: list[dict], released: list[dict],
-                 target: str | None = None) -> list[StateGroup]:
+def protocol_of(cfg: dict) -> str:
+    """The timing protocol of a configuration, as stored with each row (with the effect rule's constants)."""
+    from gpu_tasks.effect import LEVEL, NOISE_MARGIN
+    from gpu_tasks.timing_session import TIGHT
+
+    return json.dumps({**{k: cfg[k] for k in PROTOCOL_KEYS}, "noise_margin": NOISE_MARGIN, "level": LEVEL,
+                       "tight": TIGHT, "statistic": "paired median of round ratios"}, sort_keys=True)
+
+
+def state_groups(programs: list[dict], steps: list[dict], released: list[dict], target: str | None = None,
+                 follow_ups: list[dict] | None = None) -> list[StateGroup]:
     """The groups of states to time, one per original program, in family order. `steps` is the whole
     steps table (a released step's before-state may be the result of an unreleased compute_inline
-    step), `released` the released steps' rows. With `target`, only the programs written for it
-    (issue 25: a GPU program's states are never timed on the CPU)."""
+    step), `released` the released steps' rows, `follow_ups` the passing follow-ups of released
+    steps. With `target`, only the programs written for it (issue 25: a GPU program's states are
+    never timed on the CPU)."""
     after_of = {s["step_id"]: s["after_program_id"] for s in steps}
     by_program = {p["program_id"]: p for p in programs}
     groups: dict[str, StateGroup] = {}
+    before_of: dict[str, str] = {}
     for s in sorted(released, key=lambda r: r["step_id"]):
         p = by_program[s["program_id"]]
         if not timed_on(p, target):
@@ -77,13 +99,29 @@ def state_groups(programs: list[dict], steps: list[dict], released: list[dict],
         if g is None:
             g = groups[p["program_id"]] = StateGroup(p["program_id"], p["family"], p["signature"])
             g.states[p["program_id"]] = p["leir"]
-        g.states.setdefault(state_ids(s, after_of)[0], s["before_leir"])
-        g.states.setdefault(s["after_program_id"], s["after_leir"])
+        before, after = state_ids(s, after_of)
+        g.states.setdefault(before, s["before_leir"])
+        g.states.setdefault(after, s["after_leir"])
+        g.pairs.setdefault((before, after))
+        before_of[s["step_id"]] = before
+    for f in sorted(follow_ups or [], key=lambda r: r["step_id"]):
+        g = groups.get(f["program_id"])
+        if g is None or f["parent_step_id"] not in before_of:
+            continue
+        g.states.setdefault(f["after_program_id"], f["after_leir"])
+        g.pairs.setdefault((before_of[f["parent_step_id"]], f["after_program_id"]))
     # Family by family (each family's programs by id): a family's timings are written when its last
     # program is done, so a run killed at any point keeps every family it finished. In program-id
     # order every family was still open until the last minutes (the release build, killed after 23
     # minutes and 5,901 timed states, had written none).
     return sorted(groups.values(), key=lambda g: (g.family, g.program_id))
+
+
+def choose_agreement_states(groups: list[StateGroup], count: int, seed: int) -> None:
+    """Mark a seeded sample of `count` states (over all groups) to be timed whole as well."""
+    ranked = sorted((rank(seed, "agreement", sid), k, sid) for k, g in enumerate(groups) for sid in g.states)
+    for _, k, sid in ranked[:count]:
+        groups[k].whole.add(sid)
 
 
 def timed_on(program: dict, target: str | None) -> bool:
@@ -92,78 +130,149 @@ def timed_on(program: dict, target: str | None) -> bool:
     return target is None or (program.get("target") or target) == target
 
 
-def timing_row(group: StateGroup, state_id: str, leir: str, result, fingerprint: dict, run_id: str,
-               target: str, sample_ms: int, unit: str) -> dict:
-    return {"state_id": state_id, "target": target, "machine_id": fingerprint.get("id", "unknown"),
-            "program_id": group.program_id, "family": group.family, "leir": leir, "status": result.status,
-            "time_us": result.median_us, "spread": result.spread, "rounds": len(result.samples_us),
-            "samples_us": list(result.samples_us), "min_repeat_ms": sample_ms,
-            "machine": json.dumps(fingerprint, sort_keys=True), "run_id": run_id, "error": result.error or None,
-            "unit": unit}
+def timing_row(group: StateGroup, state_id: str, result, nests: int | None, unit: str, session: dict) -> dict:
+    return {"state_id": state_id, "target": session["target"],
+            "machine_id": session["fingerprint"].get("id", "unknown"), "program_id": group.program_id,
+            "family": group.family, "leir": group.states[state_id],
+            "status": result.status, "time_us": result.median_us, "spread": result.spread,
+            "rounds": len(result.samples_us), "samples_us": list(result.samples_us),
+            "min_repeat_ms": session["sample_ms"], "machine": json.dumps(session["fingerprint"], sort_keys=True),
+            "run_id": session["run_id"], "error": result.error or None, "unit": unit,
+            "session_id": session["session_id"], "protocol": session["protocol"], "n_nests": nests}
 
 
-def group_job(group: StateGroup, wanted: list[str], cfg: dict, target: str):
+def group_job(group: StateGroup, cfg: dict, target: str):
     from gpu_tasks.pool import Job
     from gpu_tasks.state_timing import StateGroupRequest, time_states_job
 
-    request = StateGroupRequest(tuple(group.states[s] for s in wanted), group.signature, target=target,
+    ids = list(group.states)
+    position = {sid: i for i, sid in enumerate(ids)}
+    request = StateGroupRequest(tuple(group.states[s] for s in ids), group.signature, target=target,
                                 min_rounds=int(cfg["min_rounds"]), max_rounds=int(cfg["max_rounds"]),
                                 target_spread=float(cfg["target_spread"]), min_repeat_ms=int(cfg["min_repeat_ms"]),
                                 max_measure_s=float(cfg["max_measure_s"]),
-                                llvm_opt_level=_opt_level(cfg), unit=str(cfg["unit"]))
+                                llvm_opt_level=_opt_level(cfg), unit=str(cfg["unit"]),
+                                pairs=tuple((position[b], position[a]) for b, a in group.pairs),
+                                whole=tuple(sorted(position[s] for s in group.whole)),
+                                whole_below_us=float(cfg["whole_below_us"]))
     return Job(time_states_job, (request,), timeout_s=float(cfg["timeout_s"]))
 
 
-def measure_groups(groups: list[StateGroup], existing: dict[str, dict], cfg: dict, target: str, lake: Path,
-                   pool, fingerprint: dict, run_id: str) -> dict:
-    """Time the states of `groups` not in `existing` (this machine's rows by state id), writing each
-    family's shard when its last group is done. Returns counts."""
+def group_rows(group: StateGroup, result, cfg: dict, session: dict) -> list[dict]:
+    """The timing rows of one group's job: a row per state in the configured unit, and a `state` row
+    per state also timed whole."""
     from gpu_tasks.pool import JobFailure
+    from gpu_tasks.timing_session import StateTime
 
-    todo = [(g, [s for s in g.states if s not in existing]) for g in groups]
-    todo = [(g, wanted) for g, wanted in todo if wanted]
+    ids, unit = list(group.states), str(cfg["unit"])
+    if isinstance(result, JobFailure):
+        failed = StateTime(result.kind, error=result.message)
+        return [timing_row(group, sid, failed, None, unit, session) for sid in ids]
+    nests = list(result.nests) or [None] * len(ids)
+    rows = [timing_row(group, sid, st, n, unit, session) for sid, st, n in zip(ids, result.states, nests, strict=True)]
+    for sid, st, n in zip(ids, result.whole or [None] * len(ids), nests, strict=True):
+        if st is not None and unit != "state":
+            rows.append(timing_row(group, sid, st, n, "state", session))
+    return rows
+
+
+def reusable(group: StateGroup, rows: dict[tuple[str, str], dict], cfg: dict) -> list[dict] | None:
+    """This machine's rows of `group` when they are all there from one session on the current
+    protocol (every state in the configured unit, whole-state rows wherever the protocol asks for
+    them), else None: the group is timed again, since a comparison is made within one session."""
+    unit = str(cfg["unit"])
+    base = [rows.get((sid, unit)) for sid in group.states]
+    if any(r is None or r["status"] != "ok" for r in base) or len({r["session_id"] for r in base}) != 1:
+        return None
+    out = list(base)
+    index = TimingIndex(rows.values())
+    needed = set(group.whole) | {s for b, a in group.pairs if index.unit_for(b, a) == "state" for s in (b, a)}
+    for sid in sorted(needed) if unit != "state" else ():
+        whole = rows.get((sid, "state"))
+        if whole is None or whole["status"] != "ok" or whole["session_id"] != base[0]["session_id"]:
+            return None
+        out.append(whole)
+    return out
+
+
+def measure_groups(groups: list[StateGroup], existing: dict[tuple[str, str], dict], cfg: dict, target: str,
+                   lake: Path, pool, fingerprint: dict, run_id: str) -> tuple[dict, dict[str, list[dict]]]:
+    """Time the groups whose rows `existing` (this machine's rows on this protocol, by (state, unit))
+    cannot be reused, writing each family's shard when its last group is done. Returns counts and
+    the rows by family."""
     families = sorted({g.family for g in groups})
-    rows_by_family = {f: [r for r in existing.values() if r["family"] == f] for f in families}
-    left = {f: sum(1 for g, _ in todo if g.family == f) for f in families}
+    rows_by_family: dict[str, list[dict]] = {f: [] for f in families}
+    todo = []
+    for g in groups:
+        kept = reusable(g, existing, cfg)
+        if kept is None:
+            todo.append(g)
+        else:
+            rows_by_family[g.family].extend(kept)
+    left = Tally(g.family for g in todo)
     for f in families:  # families with nothing to time keep (or get) their shard as it is
-        if left[f] == 0 and rows_by_family[f]:
-            write_shard(lake, "timings", f"{fingerprint['id']}-{f}", rows_by_family[f])
-    progress = StageProgress("measure", total=len(todo), unit="states", items=sum(len(w) for _, w in todo))
+        if left[f] == 0:
+            write_shard(lake, "timings", f"{fingerprint['id']}-{f}", _one_per_key(rows_by_family[f]))
+    progress = StageProgress("measure", total=len(todo), unit="states", items=sum(len(g.states) for g in todo))
     timed = failed = 0
-    jobs = [group_job(g, wanted, cfg, target) for g, wanted in todo]
+    base = {"target": target, "fingerprint": fingerprint, "run_id": run_id, "protocol": protocol_of(cfg),
+            "sample_ms": int(cfg["min_repeat_ms"])}
     with progress:
-        for index, result in pool.imap(jobs):
-            group, wanted = todo[index]
-            if isinstance(result, JobFailure):
-                from gpu_tasks.state_timing import StateTime
-
-                states = [StateTime(result.kind, error=result.message)] * len(wanted)
-                fp = fingerprint
-            else:
-                states, fp = list(result.states), result.fingerprint or fingerprint
-            for sid, st in zip(wanted, states, strict=True):
-                rows_by_family[group.family].append(timing_row(group, sid, group.states[sid], st, fp, run_id, target,
-                                                               int(cfg["min_repeat_ms"]), str(cfg["unit"])))
-                timed += st.ok
-                failed += not st.ok
+        for index, result in pool.imap([group_job(g, cfg, target) for g in todo]):
+            group = todo[index]
+            fp = getattr(result, "fingerprint", None) or fingerprint
+            session = {**base, "fingerprint": fp, "session_id": stable_id("timing-session", run_id, group.program_id)}
+            rows = group_rows(group, result, cfg, session)
+            rows_by_family[group.family].extend(rows)
+            ok = sum(r["status"] == "ok" for r in rows if r["unit"] == cfg["unit"])
+            timed, failed = timed + ok, failed + len(group.states) - ok
             left[group.family] -= 1
             if left[group.family] == 0:
                 write_shard(lake, "timings", f"{fingerprint['id']}-{group.family}",
-                            _one_per_state(rows_by_family[group.family]))
-            progress.advance(len(wanted))
-    return {"states_timed": timed, "states_failed": failed, "states_reused": len(existing)}
+                            _one_per_key(rows_by_family[group.family]))
+            progress.advance(len(group.states))
+    reused = sum(len(g.states) for g in groups) - sum(len(g.states) for g in todo)
+    return {"states_timed": timed, "states_failed": failed, "states_reused": reused}, rows_by_family
 
 
 def _opt_level(cfg: dict) -> int | None:
     return None if cfg.get("llvm_opt_level") is None else int(cfg["llvm_opt_level"])
 
 
-def _one_per_state(rows: list[dict]) -> list[dict]:
-    """The table's key is (state, target, machine): a state two programs share keeps its first row."""
+def _one_per_key(rows: list[dict]) -> list[dict]:
+    """The table's key is (state, target, machine, unit): a state two programs share keeps its first row."""
     out: dict[tuple, dict] = {}
     for r in rows:
-        out.setdefault((r["state_id"], r["target"], r["machine_id"]), r)
+        out.setdefault((r["state_id"], r["target"], r["machine_id"], r["unit"]), r)
     return list(out.values())
+
+
+def write_effects(lake: Path, rows_by_family: dict[str, list[dict]], released: list[dict], follow_ups: list[dict],
+                  steps: list[dict], programs: list[dict], machine_id: str, target: str) -> int:
+    """This machine's `effects` rows, one shard per family (`<machine id>-<family>`)."""
+    after_of = {s["step_id"]: s["after_program_id"] for s in steps}
+    family_of = {p["program_id"]: p["family"] for p in programs}
+    by_program = {p["program_id"]: p for p in programs}
+    mine = [s for s in released if timed_on(by_program[s["program_id"]], target)]
+    n = 0
+    for family, rows in sorted(rows_by_family.items()):
+        index = TimingIndex(rows)
+        steps_here = [s for s in mine if family_of[s["program_id"]] == family]
+        ids = {s["step_id"] for s in steps_here}
+        effects = effect_rows(steps_here, [f for f in follow_ups if f["parent_step_id"] in ids], after_of, index,
+                              machine_id, target, family_of)
+        write_shard(lake, "effects", f"{machine_id}-{family}", effects)
+        n += len(effects)
+    return n
+
+
+def passing_follow_ups(lake: Path, released: list[dict]) -> list[dict]:
+    """The follow-ups of released steps whose verification passes for their chain."""
+    from flows.follow_ups import passing
+
+    exactness = {s["step_id"]: s["exactness"] for s in released}
+    return [f for f in read_table(lake, "follow_ups").to_pylist()
+            if f["parent_step_id"] in exactness and passing(f, exactness[f["parent_step_id"]])]
 
 
 @flow(name="measure")
@@ -176,31 +285,121 @@ def measure_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
     target = params.verify["target"]
     programs = read_table(lake, "programs").to_pylist()
     steps = read_table(lake, "steps").to_pylist()
-    groups = state_groups(programs, steps, released_step_rows(lake), target)
+    released = released_step_rows(lake)
+    follow_ups = passing_follow_ups(lake, released)
+    groups = state_groups(programs, steps, released, target, follow_ups)
+    choose_agreement_states(groups, int(cfg["agreement_states"]), params.seed)
     start = time.perf_counter()
     with timing_pool(timeout_s=float(cfg["timeout_s"])) as pool:
         fingerprint = pool.broadcast(session_fingerprint, target)[0]
         if not isinstance(fingerprint, dict):  # the worker failed before timing anything: say why
             raise RuntimeError(f"measure: the timing worker could not start: {fingerprint}")
         run_id = stable_id("timing-run", fingerprint, time.time_ns(), length=12)
-        # a state this machine timed with the same method is not timed again (one release, one method)
-        existing = {r["state_id"]: r for r in read_table(lake, "timings").to_pylist()
-                    if r["machine_id"] == fingerprint["id"] and r["target"] == target and r["status"] == "ok"
-                    and r["unit"] == str(cfg["unit"])}
-        wanted = {s for g in groups for s in g.states}
-        existing = {k: v for k, v in existing.items() if k in wanted}
-        counts = measure_groups(groups, existing, cfg, target, lake, pool, fingerprint, run_id)
+        protocol = protocol_of(cfg)
+        existing = {(r["state_id"], r["unit"]): r for r in read_table(lake, "timings").to_pylist()
+                    if r["machine_id"] == fingerprint["id"] and r["target"] == target and r["protocol"] == protocol}
+        counts, rows_by_family = measure_groups(groups, existing, cfg, target, lake, pool, fingerprint, run_id)
+    effects = write_effects(lake, rows_by_family, released, follow_ups, steps, programs, fingerprint["id"], target)
     seconds = time.perf_counter() - start
     n_states = sum(len(g.states) for g in groups)
     rate = counts["states_timed"] / seconds if seconds > 0 and counts["states_timed"] else 0.0
     say(f"measure: {n_states} states of {len(groups)} programs on {fingerprint['cpu_model']} "
         f"({counts['states_timed']} timed, {counts['states_reused']} reused, {counts['states_failed']} failed; "
-        f"{rate:.1f} states/s)")
-    return {"stage": "measure", "programs": len(groups), "states": n_states, **counts,
+        f"{rate:.1f} states/s); {effects} effects")
+    return {"stage": "measure", "programs": len(groups), "states": n_states, **counts, "effects": effects,
             "states_per_s": round(rate, 2), "machine_id": fingerprint["id"], "cpu": fingerprint["cpu_model"]}
 
 
-# --- the timings read back: per-step effects, preference pairs, trajectories -----------------------------
+def measuring_machine(timings: list[dict], wanted: set[str], target: str) -> str | None:
+    """The machine id with the most timed states among the `wanted` states (ties: the smaller id)."""
+    counts = Tally(m for m, _ in {(r["machine_id"], r["state_id"]) for r in timings
+                                  if r["status"] == "ok" and r["target"] == target and r["state_id"] in wanted})
+    if not counts:
+        return None
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+
+
+# --- comparisons of two timed states (issue 41): the unit, the pairing, the interval ---------------
+# A comparison of a before-state and an after-state (`TimingIndex.compare`) picks the timing unit the
+# protocol asks for: the states' whole-state times (`unit = 'state'`) where the comparison changes the
+# number of top-level nests or either side runs under the protocol's `whole_below_us` per call, their
+# nest sums (`unit = 'nest'`) otherwise. Both sides from one session are compared round by round
+# (`paired`); from two sessions, each on its own. The class comes from the interval
+# (`gpu_tasks.effect`): `faster`, `neutral`, `slower` or `unresolved`.
+
+TIMING_UNITS = ("nest", "state")
+DEFAULT_WHOLE_BELOW_US = 5.0
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """before/after of two states on one machine: their medians, the speedup with its interval and
+    class, the unit compared, whether paired by round, and the fewer rounds of the two."""
+
+    before_us: float | None
+    after_us: float | None
+    speedup: float | None
+    speedup_low: float | None
+    speedup_high: float | None
+    effect: str | None
+    unit: str | None
+    paired: bool
+    rounds: int | None
+
+    def to_json(self) -> dict:
+        return {"before_us": self.before_us, "after_us": self.after_us, "speedup": self.speedup,
+                "speedup_low": self.speedup_low, "speedup_high": self.speedup_high, "effect": self.effect,
+                "timing_unit": self.unit, "paired": self.paired, "rounds": self.rounds}
+
+
+UNMEASURED = Comparison(None, None, None, None, None, None, None, False, None)
+
+
+def protocol_value(row: dict, key: str, default):
+    """A field of the row's timing protocol (the measure stage's JSON `protocol` column)."""
+    try:
+        return json.loads(row.get("protocol") or "{}").get(key, default)
+    except ValueError:
+        return default
+
+
+class TimingIndex:
+    """The `ok` timing rows of one machine and target, by state and unit."""
+
+    def __init__(self, rows: Iterable[dict]):
+        self.rows: dict[tuple[str, str], dict] = {}
+        for r in rows:
+            if r["status"] == "ok":
+                self.rows.setdefault((r["state_id"], r["unit"] or "nest"), r)
+
+    def get(self, state_id: str, unit: str) -> dict | None:
+        return self.rows.get((state_id, unit))
+
+    def has(self, state_id: str) -> bool:
+        return any((state_id, u) in self.rows for u in TIMING_UNITS)
+
+    def unit_for(self, before: str, after: str) -> str | None:
+        """The unit a comparison of the two states is made in (see the module docstring); None when
+        either side has no time."""
+        nb, na = self.get(before, "nest"), self.get(after, "nest")
+        if nb is None or na is None:  # a lake timed whole (`measure.unit: state`)
+            return "state" if self.get(before, "state") and self.get(after, "state") else None
+        below = float(protocol_value(nb, "whole_below_us", DEFAULT_WHOLE_BELOW_US))
+        whole = nb.get("n_nests") != na.get("n_nests") or min(nb["time_us"], na["time_us"]) < below
+        return "state" if whole else "nest"
+
+    def compare(self, before: str, after: str, key: str) -> Comparison:
+        """The comparison of state `before` with state `after` (`key`: the identity the bootstrap is
+        seeded by, a step id)."""
+        unit = self.unit_for(before, after)
+        b, a = (self.get(before, unit), self.get(after, unit)) if unit else (None, None)
+        if b is None or a is None:
+            return UNMEASURED
+        paired = bool(b.get("session_id")) and b.get("session_id") == a.get("session_id")
+        e = step_effect(b["samples_us"], a["samples_us"], key, paired=paired)
+        return Comparison(b["time_us"], a["time_us"], e["speedup"], e["speedup_low"], e["speedup_high"], e["effect"],
+                          unit, paired, min(len(b["samples_us"]), len(a["samples_us"])))
+
 
 def state_ids(step: dict, after_of: dict[str, str]) -> tuple[str, str]:
     """(before-state id, after-state id) of a step: its original or its parent's result, and its result."""
@@ -208,132 +407,28 @@ def state_ids(step: dict, after_of: dict[str, str]) -> tuple[str, str]:
     return (step["program_id"] if parent is None else after_of[parent]), step["after_program_id"]
 
 
-def measuring_machine(timings: list[dict], wanted: set[str], target: str) -> str | None:
-    """The machine id with the most `ok` rows among the `wanted` states (ties: the smaller id)."""
-    counts = Tally(r["machine_id"] for r in timings
-                   if r["status"] == "ok" and r["target"] == target and r["state_id"] in wanted)
-    if not counts:
-        return None
-    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
-
-
-def released_effects(lake: Path, target: str) -> tuple[list[dict], dict | None]:
-    """One row per released step: ids, strategy, level, the LEIR before and after, its verification,
-    split, the two states' times on the measuring machine, speedup, spread and effect (None where a
-    state was not measured); and that machine's fingerprint (None when nothing was measured)."""
-    from gpu_tasks.effect import step_effect
-
-    steps = read_table(lake, "steps").select(["step_id", "after_program_id"]).to_pylist()
-    after_of = {s["step_id"]: s["after_program_id"] for s in steps}
-    released = released_step_rows(lake)
-    status = {v["step_id"]: v["status"] for v in read_table(lake, "verifications").to_pylist()
-              if v["target"] == target}
-    programs = {p["program_id"]: p for p in read_table(lake, "programs").select(
-        ["program_id", "family", "target"]).to_pylist()}
-    split = _split_of_steps(lake)
-    ids = {s["step_id"]: state_ids(s, after_of) for s in released}
-    wanted = {x for pair in ids.values() for x in pair}
-    timings = read_table(lake, "timings").to_pylist()
-    machine_id = measuring_machine(timings, wanted, target)
-    times = {r["state_id"]: r for r in timings if r["machine_id"] == machine_id and r["target"] == target
-             and r["status"] == "ok"}
-    machine = json.loads(next(iter(times.values()))["machine"]) if times else None
-    if machine is not None:  # how the release's times were taken (`nest` or `state`, measure.unit)
-        machine["timing_units"] = sorted({r["unit"] or "unrecorded" for r in times.values()})
-    rows = []
-    for s in sorted(released, key=lambda r: r["step_id"]):
-        before_id, after_id = ids[s["step_id"]]
-        program = programs[s["program_id"]]
-        # a GPU program's effect stays unmeasured until it is timed on a GPU (never its CPU times)
-        b, a = (times.get(before_id), times.get(after_id)) if timed_on(program, target) else (None, None)
-        effect = step_effect(b and b["time_us"], a and a["time_us"], b and b["spread"], a and a["spread"])
-        rows.append({"step_id": s["step_id"], "program_id": s["program_id"], "family": program["family"],
-                     "program_target": program["target"] or target,
-                     "split": split.get(s["step_id"]), "strategy": s["strategy"], "level": s["level"],
-                     "before_state_id": before_id, "after_state_id": after_id,
-                     "before_leir": s["before_leir"], "after_leir": s["after_leir"],
-                     "verification": status.get(s["step_id"]), "exactness": s["exactness"],
-                     "before_us": b and b["time_us"], "after_us": a and a["time_us"], **effect,
-                     "machine_id": machine_id if (b and a) else None})
-    return rows, machine
-
-
-def _split_of_steps(lake: Path) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for row in read_table(lake, "samples").select(["split", "step_ids"]).to_pylist():
-        for step_id in json.loads(row["step_ids"]):
-            out.setdefault(step_id, row["split"])
-    return out
-
-
-def effect_shares(rows: list[dict]) -> dict[str, dict]:
-    """Per strategy: released steps, measured ones, and the share of each effect among those."""
-    out: dict[str, dict] = {}
-    for r in rows:
-        e = out.setdefault(r["strategy"], {"level": r["level"], "released": 0, "measured": 0,
-                                           "faster": 0, "neutral": 0, "slower": 0})
-        e["released"] += 1
-        if r["effect"]:
-            e["measured"] += 1
-            e[r["effect"]] += 1
-    return dict(sorted(out.items()))
-
-
-def preference_pairs(samples: list[dict], effects: list[dict], per_prompt: int = 4) -> list[dict]:
-    """DPO pairs: two verified answers to the same prompt (single-answer samples) whose after-states'
-    times differ beyond their spread, the faster one `chosen`. At most `per_prompt` pairs per prompt,
-    the widest margins first; deterministic for the same timings."""
-    from gpu_tasks.effect import effect_class
-
-    by_step = {e["step_id"]: e for e in effects}
-    by_prompt: dict[str, list[tuple[dict, dict]]] = {}
-    for s in samples:
-        ids = json.loads(s["step_ids"])
-        e = by_step.get(ids[0]) if len(ids) == 1 else None
-        if e is not None and e["after_us"]:
-            by_prompt.setdefault(s["prompt"], []).append((s, e))
-    pairs = []
-    for prompt in sorted(by_prompt):
-        answers = sorted(by_prompt[prompt], key=lambda se: (se[1]["after_us"], se[0]["sample_id"]))
-        found = []
-        for i, (fast, fe) in enumerate(answers):
-            for slow, se in answers[i + 1:]:
-                ratio = se["after_us"] / fe["after_us"]
-                spread = max(fe["spread"] or 0.0, se["spread"] or 0.0)
-                if effect_class(ratio, spread) == "faster":
-                    found.append((ratio, fast, fe, slow, se))
-        found.sort(key=lambda f: (-f[0], f[1]["sample_id"], f[3]["sample_id"]))
-        for ratio, fast, fe, slow, se in found[:per_prompt]:
-            pairs.append({"prompt": prompt, "chosen": fast["answer"], "rejected": slow["answer"],
-                          "split": fast["split"], "chosen_step_id": fe["step_id"], "rejected_step_id": se["step_id"],
-                          "chosen_strategy": fe["strategy"], "rejected_strategy": se["strategy"],
-                          "chosen_us": fe["after_us"], "rejected_us": se["after_us"], "margin": ratio,
-                          "before_us": fe["before_us"]})
-    return pairs
-
-
-def release_trajectories(lake: Path, split_of_family: dict[str, str]) -> list[dict]:
-    """The search's best trajectories as multi-step records: the states (root first), the strategies
-    and parameters between them, each state's time and speedup over the root as the search measured
-    them, the driver and the machine."""
-    programs = {p["program_id"]: p for p in read_table(lake, "programs").select(
-        ["program_id", "family", "workload", "leir", "dtype"]).to_pylist()}
-    steps = {s["step_id"]: s for s in read_table(lake, "trajectory_steps").to_pylist()}
+def effect_rows(released: list[dict], follow_ups: list[dict], after_of: dict[str, str], index: TimingIndex,
+                machine_id: str, target: str, family_of: dict[str, str]) -> list[dict]:
+    """The `effects` rows of one machine: one per released step (`kind = 'step'`: its before-state
+    against its after-state) and one per passing follow-up of a released step (`kind = 'chain'`: the
+    enabling step's before-state against the follow-up's after-state)."""
+    before_of = {s["step_id"]: state_ids(s, after_of)[0] for s in released}
     out = []
-    for t in sorted(read_table(lake, "trajectories").to_pylist(), key=lambda t: t["trajectory_id"]):
-        p = programs.get(t["program_id"])
-        if p is None:
-            continue
-        chain = [steps[i] for i in json.loads(t["steps"]) if i in steps]
-        machine = json.loads(t["machine"]) if t.get("machine") else {}
-        times = json.loads(t["times_us"]) if t.get("times_us") else [None] * len(chain)
-        out.append({"trajectory_id": t["trajectory_id"], "program_id": t["program_id"], "family": p["family"],
-                    "workload": p["workload"], "dtype": p["dtype"], "split": split_of_family.get(p["family"], "train"),
-                    "driver": t["driver"], "policy": t["policy"], "seed": t["seed"],
-                    "states": [p["leir"], *(s["after_leir"] for s in chain)],
-                    "strategies": [s["strategy"] for s in chain], "params": [s["params"] for s in chain],
-                    "times_us": [t.get("root_us"), *times],
-                    "speedups": [1.0, *json.loads(t["speedups"])], "best_speedup": t["best_speedup"],
-                    "steps": len(chain), "states_verified": t["states_verified"], "wall_s": t["wall_s"],
-                    "machine_id": machine.get("id"), "cpu": machine.get("cpu_model")})
-    return out
+    for s in released:
+        before, after = state_ids(s, after_of)
+        out.append(_effect_row(s["step_id"], "step", s, before, after, index, machine_id, target, family_of))
+    for f in follow_ups:
+        before = before_of.get(f["parent_step_id"])
+        if before is not None:
+            out.append(_effect_row(f["step_id"], "chain", f, before, f["after_program_id"], index, machine_id, target,
+                                   family_of))
+    return sorted(out, key=lambda r: r["step_id"])
+
+
+def _effect_row(step_id: str, kind: str, step: dict, before: str, after: str, index: TimingIndex, machine_id: str,
+                target: str, family_of: dict[str, str]) -> dict:
+    c = index.compare(before, after, step_id)
+    return {"step_id": step_id, "target": target, "machine_id": machine_id, "kind": kind,
+            "program_id": step["program_id"], "family": family_of.get(step["program_id"]),
+            "strategy": step["strategy"], "parent_step_id": step.get("parent_step_id") if kind == "chain" else None,
+            "before_state_id": before, "after_state_id": after, **c.to_json()}

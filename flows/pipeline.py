@@ -1,8 +1,8 @@
 """The pipeline as Prefect flows: one flow per stage (a DVC stage runs one; each lives in the module
 named after its stage), and `pipeline_flow` that runs them all in order.
 
-generate -> transform -> verify -> filter -> tokens -> measure -> cost_model -> search -> report ->
-validate -> release. Shared task helpers (cache keys, progress, writing shards) live in
+generate -> transform -> verify -> filter -> follow_ups -> tokens -> measure -> cost_model -> search ->
+report -> validate -> release. Shared task helpers (cache keys, progress, writing shards) live in
 `flows.tasks`; stage modules import it and never this module.
 """
 from __future__ import annotations
@@ -21,6 +21,7 @@ from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settin
 from flows.config import Params  # noqa: E402
 from flows.cost_model import cost_model_flow  # noqa: E402
 from flows.filtering import filter_flow  # noqa: E402
+from flows.follow_ups import follow_ups_flow  # noqa: E402
 from flows.generate import generate_flow  # noqa: E402
 from flows.measure import measure_flow  # noqa: E402
 from flows.release import release_flow  # noqa: E402
@@ -35,11 +36,12 @@ from flows.verify import verify_flow  # noqa: E402
 __all__ = ["STAGES", "STAGE_FLOWS", "GateFailed", "gate_refusal", "run_stage", "pipeline_flow", "dask_runner",
            "PROCESS_SHARD_STAGES"]
 
-STAGES = ("generate", "transform", "verify", "filter", "tokens", "measure", "cost_model", "search", "report",
-          "validate", "release")
+STAGES = ("generate", "transform", "verify", "filter", "follow_ups", "tokens", "measure", "cost_model", "search",
+          "report", "validate", "release")
 STAGE_FLOWS = {"generate": generate_flow, "transform": transform_flow, "verify": verify_flow,
-               "filter": filter_flow, "tokens": tokens_flow, "measure": measure_flow, "cost_model": cost_model_flow,
-               "search": search_flow, "report": report_flow, "validate": validate_flow, "release": release_flow}
+               "filter": filter_flow, "follow_ups": follow_ups_flow, "tokens": tokens_flow, "measure": measure_flow,
+               "cost_model": cost_model_flow, "search": search_flow, "report": report_flow, "validate": validate_flow,
+               "release": release_flow}
 
 
 # Stages whose shards are pure Python work with no worker pool of their own: with the local runner and

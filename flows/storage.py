@@ -31,6 +31,14 @@ def _schema(*fields: tuple[str, pa.DataType]) -> pa.Schema:
 
 S, I64, F64, B = pa.string(), pa.int64(), pa.float64(), pa.bool_()
 
+# A step's columns (the `steps` table, and the search's `trajectory_steps` in the same schema). Issue 41:
+# `claim`, what its chain of thought claims (strategies.cot.CLAIMS: benefit, enabling, none), and
+# `enables`, the strategies an `enabling` step makes legal next (JSON list).
+STEP_FIELDS = (
+    ("step_id", S), ("program_id", S), ("parent_step_id", S), ("depth", I64), ("strategy", S), ("level", S),
+    ("site", S), ("params", S), ("before_leir", S), ("after_leir", S), ("after_program_id", S),
+    ("exactness", S), ("cot", S), ("claim", S), ("enables", S))
+
 TABLES: dict[str, TableSpec] = {t.name: t for t in (
     TableSpec("programs", ("program_id",), _schema(
         ("program_id", S), ("workload", S), ("level", S), ("family", S), ("shape_params", S), ("dtype", S),
@@ -45,29 +53,36 @@ TABLES: dict[str, TableSpec] = {t.name: t for t in (
         # issue 25: the target the program is written for (`llvm` or `cuda`, seeded by its identity, the
         # profile's `gpu_share`): its steps are made, and its prompts asked, for that target only
         ("target", S))),
-    TableSpec("steps", ("step_id",), _schema(
-        ("step_id", S), ("program_id", S), ("parent_step_id", S), ("depth", I64), ("strategy", S), ("level", S),
-        ("site", S), ("params", S), ("before_leir", S), ("after_leir", S), ("after_program_id", S),
-        ("exactness", S), ("cot", S))),
+    TableSpec("steps", ("step_id",), _schema(*STEP_FIELDS)),
     TableSpec("verifications", ("step_id", "target"), _schema(
         ("step_id", S), ("target", S), ("status", S), ("max_abs_err", F64), ("max_rel_err", F64),
         ("rel_l2_err", F64), ("draws", I64), ("bitwise_equal", B), ("error_message", S), ("tvm_version", S))),
-    # issue 24: one row per program state, target and machine (a measurement, not deterministic data):
-    # the median of `samples_us` (interleaved rounds of one session per original program) and its
-    # relative interquartile range; per-step effects are derived from two states' rows (flows.measure)
-    TableSpec("timings", ("state_id", "target", "machine_id"), _schema(
+    # issue 24/41: one row per program state, target, machine and unit (a measurement, not deterministic
+    # data): the samples of one session (`session_id`: one original program's states, interleaved
+    # rounds), their median and relative interquartile range, on the timing protocol of `protocol`
+    # (JSON: rounds, spread target, sample length, the whole-state rule). `unit`: `nest` (the sum of the
+    # state's top-level nests, each compiled once per program, gpu_tasks.nest_timing) or `state` (the
+    # whole state as one function); a state may have both. Per-step effects are derived from two
+    # states' rows (flows.measure) into `effects`.
+    TableSpec("timings", ("state_id", "target", "machine_id", "unit"), _schema(
         ("state_id", S), ("target", S), ("machine_id", S), ("program_id", S), ("family", S), ("leir", S),
         ("status", S), ("time_us", F64), ("spread", F64), ("rounds", I64), ("samples_us", pa.list_(F64)),
-        ("min_repeat_ms", I64), ("machine", S), ("run_id", S), ("error", S),
-        # how the time was taken: `nest` (the sum of the state's top-level nests, each compiled once per
-        # program, gpu_tasks.nest_timing) or `state` (the whole state as one function); null in rows
-        # written before the column, which the measure stage times again
-        ("unit", S))),
+        ("min_repeat_ms", I64), ("machine", S), ("run_id", S), ("error", S), ("unit", S), ("session_id", S),
+        ("protocol", S), ("n_nests", I64))),
+    # issue 41: each released step's effect on one machine (`kind = 'step'`), and each passing follow-up's
+    # chain effect (`kind = 'chain'`: the enabling step's before-state against the follow-up's after-state):
+    # the speedup before/after with its bootstrap interval and class (gpu_tasks.effect), the unit compared
+    TableSpec("effects", ("step_id", "target", "machine_id"), _schema(
+        ("step_id", S), ("target", S), ("machine_id", S), ("kind", S), ("program_id", S), ("family", S),
+        ("strategy", S), ("parent_step_id", S), ("before_state_id", S), ("after_state_id", S), ("before_us", F64),
+        ("after_us", F64), ("speedup", F64), ("speedup_low", F64), ("speedup_high", F64), ("effect", S),
+        ("timing_unit", S), ("paired", B), ("rounds", I64))),
     TableSpec("samples", ("sample_id",), _schema(
         ("sample_id", S), ("split", S), ("prompt", S), ("answer", S), ("step_ids", S), ("strategies", S),
         ("prompt_tokens", I64), ("answer_tokens", I64),
         # issue 25: a test sample whose before-state's loop nests all have a twin (names and sizes
-        # abstracted, leir.canon.structure_hashes) in the train split's states; null in train
+        # abstracted, leir.canon.structure_hashes) in the train split's states; issue 41: a train sample
+        # whose before-state's nests all have a twin in the test split's states
         ("structural_overlap", B))),
     # issue 25: the split of each family (the unit of the split), chosen by the filter stage for coverage
     # (flows.filtering.split_families); every stage that holds families out reads it (`family_splits`)
@@ -84,18 +99,22 @@ TABLES: dict[str, TableSpec] = {t.name: t for t in (
         ("tensorir_tokens", I64),
         # issue 26: the program's dtype (the report compares mixed-precision programs apart)
         ("dtype", S))),
+    # issue 41: the steps an enabling released step makes legal (parent_step_id: that step), made on its
+    # after-state and verified against the original program (flows.follow_ups)
+    TableSpec("follow_ups", ("step_id",), _schema(
+        *STEP_FIELDS, ("status", S), ("max_abs_err", F64), ("max_rel_err", F64), ("error_message", S))),
     # issue 8: the steps of the best search trajectories (multi-step records: parent_step_id, depth),
     # kept apart from `steps`, which the transform stage owns and rewrites as a whole
-    TableSpec("trajectory_steps", ("step_id",), _schema(
-        ("step_id", S), ("program_id", S), ("parent_step_id", S), ("depth", I64), ("strategy", S), ("level", S),
-        ("site", S), ("params", S), ("before_leir", S), ("after_leir", S), ("after_program_id", S),
-        ("exactness", S), ("cot", S))),
-    # issue 8: best trajectories of the search stage (steps: JSON list of step ids, root first)
+    TableSpec("trajectory_steps", ("step_id",), _schema(*STEP_FIELDS)),
+    # issue 8: best trajectories of the search stage (steps: JSON list of step ids, root first). Issue 41:
+    # grounded after the search (search.grounding): per state (JSON lists, root excluded) its verification
+    # against the original and max_abs_err, its time and speedup over the root with an interval, each
+    # step's effect; the search's own best speedup and the states it verified; the machine
     TableSpec("trajectories", ("trajectory_id",), _schema(
         ("trajectory_id", S), ("program_id", S), ("driver", S), ("policy", S), ("seed", I64), ("steps", S),
-        ("speedups", S), ("best_speedup", F64), ("states_verified", I64), ("wall_s", F64),
-        # issue 24: the root's time and each state's (µs, the search's own sessions), and the machine
-        ("root_us", F64), ("times_us", S), ("machine", S))),
+        ("speedups", S), ("speedups_low", S), ("speedups_high", S), ("step_effects", S), ("best_speedup", F64),
+        ("search_speedup", F64), ("search_states", I64), ("wall_s", F64), ("root_us", F64), ("times_us", S),
+        ("verification", S), ("max_abs_err", S), ("machine", S))),
 )}
 
 
@@ -182,24 +201,13 @@ def build_catalog(lake: Path) -> Path:
 
 
 def _step_effects_sql() -> str:
-    """Each step's two states' times on every machine that timed both, and its effect by the rule of
-    gpu_tasks.effect (the same constants)."""
-    from gpu_tasks.effect import MIN_EFFECT, SPREADS
-
-    margin = f"greatest({MIN_EFFECT}, {SPREADS} * greatest(b.spread, a.spread))"
-    return f"""
-        WITH st AS (
-            SELECT s.step_id, s.program_id, s.strategy, s.level,
-                   CASE WHEN s.parent_step_id IS NULL THEN s.program_id ELSE p.after_program_id END AS before_state_id,
-                   s.after_program_id AS after_state_id
-            FROM steps s LEFT JOIN steps p ON p.step_id = s.parent_step_id)
-        SELECT st.*, b.machine_id, b.target, b.time_us AS before_us, a.time_us AS after_us,
-               b.time_us / a.time_us AS speedup, greatest(b.spread, a.spread) AS spread,
-               CASE WHEN b.time_us / a.time_us > 1 + {margin} THEN 'faster'
-                    WHEN b.time_us / a.time_us < 1 / (1 + {margin}) THEN 'slower' ELSE 'neutral' END AS effect
-        FROM st JOIN timings b ON b.state_id = st.before_state_id AND b.status = 'ok'
-        JOIN timings a ON a.state_id = st.after_state_id AND a.machine_id = b.machine_id AND a.target = b.target
-                      AND a.status = 'ok'"""
+    """Each step's effect on every machine that timed it (the `effects` rows of kind `step`, made by the
+    measure stage with the interval rule of gpu_tasks.effect), with its strategy, level and claim."""
+    return """
+        SELECT e.step_id, s.program_id, s.strategy, s.level, s.claim, e.machine_id, e.target, e.before_state_id,
+               e.after_state_id, e.before_us, e.after_us, e.speedup, e.speedup_low, e.speedup_high, e.effect,
+               e.timing_unit, e.paired, e.rounds
+        FROM effects e JOIN steps s USING (step_id) WHERE e.kind = 'step'"""
 
 
 def catalog_views(lake: Path, files: list[Path] | None = None) -> list[tuple[str, str]]:
@@ -411,7 +419,8 @@ def split_sources(lake: Path, split: str) -> dict[str, tuple[object, str, str]]:
 
 
 def structural_overlap(lake: Path, split: str) -> dict[str, bool | None]:
-    """sample_id -> the sample's `structural_overlap` flag (null outside the test split), for `split`:
+    """sample_id -> the sample's `structural_overlap` flag (test: its structure was seen in train; train:
+    its structure recurs in test), for `split`:
     what `steptp eval --split` scores the clean part on."""
     table = read_table(lake, "samples").select(["sample_id", "split", "structural_overlap"]).to_pylist()
     return {r["sample_id"]: r["structural_overlap"] for r in table if r["split"] == split}

@@ -31,6 +31,7 @@ STAGE_CODE = {
     "generate": ("leir", "workloads", "gpu_tasks"),
     "transform": ("leir", "strategies"),
     "verify": ("leir", "gpu_tasks"),
+    "follow_ups": ("leir", "strategies", "gpu_tasks"),
     "tokens": ("leir",),
     "search": ("leir", "workloads", "strategies", "gpu_tasks", "search"),
 }
@@ -43,6 +44,7 @@ STAGE_PROFILE_KEYS = {
     "transform": ("max_variants_per_site", "max_steps_per_program_strategy", "inline_depth", "inline_branches",
                   "leir_extensions", "min_parallel_work"),
     "verify": (),
+    "follow_ups": ("leir_extensions", "min_parallel_work", "follow_ups"),
     "tokens": ("token_states_per_family",),
     "search": (),
 }

@@ -32,21 +32,27 @@ from flows.tasks import by_family, run_tasks, shard_task, stage_key, write_table
 PASSING = ("exact", "close")
 
 
-def transform_shard(programs: list[dict], params) -> list[dict]:
+def program_context(p: dict, params, leir: str | None = None):
+    """The context the pipeline enumerates a program's states in (`leir`: a later state of it; the
+    original by default): the program's own target (issue 25: GPU-only strategies are offered on GPU
+    programs only, CPU-only ones on CPU programs only), its measured rounding, the profile's LEIR
+    extensions and parallel-work bound."""
     from leir.parse import parse_program
     from leir.signature import Signature
     from strategies.base import Context
 
+    return Context(parse_program(leir or p["leir"]), Signature.from_json(p["signature"]),
+                   p.get("target") or params.verify["target"], p.get("rounding_share"),
+                   tuple(params.profile.get("leir_extensions") or ()),
+                   min_parallel_work=int(params.profile.get("min_parallel_work") or 0))
+
+
+def transform_shard(programs: list[dict], params) -> list[dict]:
     rows: dict[str, dict] = {}
     for p in programs:
         if p["verification_status"] not in PASSING:
             continue
-        sig = Signature.from_json(p["signature"])
-        # The program's own target (issue 25): GPU-only strategies are offered on GPU programs only,
-        # CPU-only ones on CPU programs only (strategies.base.Strategy.targets).
-        root = Context(parse_program(p["leir"]), sig, p.get("target") or params.verify["target"],
-                       p.get("rounding_share"), tuple(params.profile.get("leir_extensions") or ()),
-                       min_parallel_work=int(params.profile.get("min_parallel_work") or 0))
+        root = program_context(p, params)
         for row in _steps_from(root, p["program_id"], None, 0, params):
             rows.setdefault(row["step_id"], row)
     return [rows[k] for k in sorted(rows)]
@@ -96,13 +102,15 @@ def step_row(t, program_id: str, parent: str | None, depth: int, signature, ctx=
     """One `steps` row; its CoT reasons on `ctx`'s target (the context `t` was enumerated in) and
     weighs the other steps of `state` (strategies.cot.StateSteps), when given."""
     from leir.canon import program_id as pid_of
-    from strategies.cot import answer
+    from strategies.cot import answer, reasoning
 
     step_id = stable_id("step", program_id, parent, t.before_text, t.strategy, t.site.to_json(), t.params)
+    why = reasoning(t, ctx, state)
     return {"step_id": step_id, "program_id": program_id, "parent_step_id": parent, "depth": depth,
             "strategy": t.strategy, "level": t.level, "site": json.dumps(t.site.to_json(), sort_keys=True),
             "params": t.params_json(), "before_leir": t.before_text, "after_leir": t.after_text,
-            "after_program_id": pid_of(t.after, signature), "exactness": t.exactness, "cot": answer(t, ctx, state)}
+            "after_program_id": pid_of(t.after, signature), "exactness": t.exactness,
+            "cot": answer(t, ctx, state, why), "claim": why.claim, "enables": json.dumps(list(why.enables))}
 
 
 

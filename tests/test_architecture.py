@@ -6,7 +6,8 @@
 - dependencies point one way: cli -> flows, evaluation, search -> strategies, gpu_tasks, workloads ->
   leir; only `gpu_tasks` and `leir.lower` import TVM; only `flows`, `cli` and `expectations` import
   the orchestration and table libraries;
-- `flows` stays the pipeline and the lake: at most 20 modules;
+- `flows` stays the pipeline and the lake: at most 22 modules (one per stage, 12 since issue 41's
+  follow_ups, the lake's storage and the helpers the stages share);
 - `strategies` is a protocol (base, registry, catalog, cot, survey), the analyses the rules share
   (`strategies.analysis`) and the rules by level (`strategies.rules.<level>`): a rule module imports
   analyses and the protocol, never another rule module; no analysis imports a rule module; only the
@@ -159,7 +160,7 @@ def test_only_the_pipeline_side_imports_orchestration_and_table_libraries():
 
 def test_flows_is_the_pipeline_and_the_lake_only():
     flows = [n for n in MODULES if n == "flows" or n.startswith("flows.")]
-    assert len(flows) <= 20, f"flows has {len(flows)} modules: {flows}"
+    assert len(flows) <= 22, f"flows has {len(flows)} modules: {flows}"
 
 
 def test_tests_mirror_the_packages():

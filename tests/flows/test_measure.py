@@ -1,14 +1,21 @@
-"""Which states the measure stage times, and what the release derives from their times (issue 24)."""
+"""Which states the measure stage times and compares, and what the release derives from their samples
+(issues 24, 41): effects from intervals, the unit a comparison is made in, chains of enabling steps,
+the `sft` selection and preference pairs."""
 from __future__ import annotations
 
 import json
 
-from flows.measure import preference_pairs, state_groups, state_ids
+import pytest
+
+from flows.measure import TimingIndex, choose_agreement_states, effect_rows, reusable, state_groups, state_ids
+from flows.measured import contradicts, preference_pairs, released_effect_rows, sft_rows
 
 
-def step(step_id, program, before, after, after_id, parent=None, strategy="loop_split"):
+def step(step_id, program, before, after, after_id, parent=None, strategy="loop_split", claim="none", depth=0):
     return {"step_id": step_id, "program_id": program, "parent_step_id": parent, "before_leir": before,
-            "after_leir": after, "after_program_id": after_id, "strategy": strategy}
+            "after_leir": after, "after_program_id": after_id, "strategy": strategy, "claim": claim, "depth": depth,
+            "level": "operator", "site": "{}", "params": "{}", "enables": "[]", "exactness": "exact",
+            "cot": f"<think>{step_id}</think><answer>{{}}</answer>"}
 
 
 def test_states_are_the_originals_and_each_released_steps_two_states_once():
@@ -23,9 +30,20 @@ def test_states_are_the_originals_and_each_released_steps_two_states_once():
     groups = state_groups(programs, steps, steps[1:])
     assert [g.program_id for g in groups] == ["p1", "p2"]
     assert groups[0].states == {"p1": "orig1", "q1": "a1", "q0": "inlined", "q3": "b1"}
+    assert list(groups[0].pairs) == [("p1", "q1"), ("q0", "q3")]  # each comparison once
     assert groups[1].states == {"p2": "orig2", "q4": "c2"}
     after_of = {s["step_id"]: s["after_program_id"] for s in steps}
     assert state_ids(steps[3], after_of) == ("q0", "q3")
+
+
+def test_a_follow_up_adds_its_after_state_and_its_chain_from_the_enabling_steps_before_state():
+    programs = [{"program_id": "p1", "family": "gemm", "signature": "{}", "leir": "orig1"}]
+    released = [step("s1", "p1", "orig1", "a1", "q1", claim="enabling")]
+    follow = [{**step("f1", "p1", "a1", "b1", "r1", parent="s1", depth=1), "status": "exact"},
+              {**step("f9", "p9", "x", "y", "r9", parent="s9", depth=1), "status": "exact"}]  # not of a released step
+    [group] = state_groups(programs, released, released, follow_ups=follow)
+    assert group.states == {"p1": "orig1", "q1": "a1", "r1": "b1"}
+    assert list(group.pairs) == [("p1", "q1"), ("p1", "r1")]
 
 
 def test_a_gpu_programs_states_are_not_timed_on_the_cpu():
@@ -48,8 +66,83 @@ def test_groups_come_family_by_family_so_a_killed_run_keeps_each_finished_family
                                                           ("norm", "a3")]
 
 
-def effect(step_id, after_us, spread=0.01, strategy="loop_split"):
-    return {"step_id": step_id, "after_us": after_us, "before_us": 100.0, "spread": spread, "strategy": strategy}
+def test_the_agreement_sample_is_seeded_and_spans_the_groups():
+    programs = [{"program_id": f"p{i}", "family": "gemm", "signature": "{}", "leir": f"o{i}"} for i in range(4)]
+    steps = [step(f"s{i}{k}", f"p{i}", f"o{i}", f"a{i}{k}", f"q{i}{k}") for i in range(4) for k in range(5)]
+    picks = []
+    for _ in range(2):
+        groups = state_groups(programs, steps, steps)
+        choose_agreement_states(groups, 7, seed=3)
+        picks.append([sorted(g.whole) for g in groups])
+    assert picks[0] == picks[1] and sum(len(w) for w in picks[0]) == 7
+    assert all(set(w) <= set(g.states) for w, g in zip(picks[0], groups, strict=True))
+
+
+# --- comparisons: the unit, the pairing, the interval --------------------------------------------
+
+def row(state, unit, samples, n_nests=1, session="s", status="ok"):
+    return {"state_id": state, "unit": unit, "status": status, "samples_us": list(samples),
+            "time_us": sorted(samples)[len(samples) // 2], "n_nests": n_nests, "session_id": session,
+            "protocol": json.dumps({"whole_below_us": 5.0})}
+
+
+STEADY = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2]
+
+
+def test_a_comparison_uses_nest_sums_unless_the_nests_change_or_a_side_is_small():
+    index = TimingIndex([row("a", "nest", STEADY), row("b", "nest", [50.0, 50.4, 49.6, 50.1, 49.9, 50.2]),
+                         row("c", "nest", [40.0] * 6, n_nests=2), row("c", "state", [30.0, 30.1, 29.9, 30.0, 30.2, 29.8],
+                                                                           n_nests=2),
+                         row("a", "state", [90.0, 90.1, 89.9, 90.0, 90.2, 89.8]),
+                         row("t", "nest", [2.0, 2.01, 1.99, 2.0, 2.0, 2.0]), row("u", "nest", [1.0] * 6)])
+    assert index.unit_for("a", "b") == "nest"
+    assert index.unit_for("a", "c") == "state"            # the step changes the number of nests
+    assert index.unit_for("t", "u") == "state"            # a side under 5 µs per call
+    fast = index.compare("a", "b", "k")
+    assert fast.effect == "faster" and fast.unit == "nest" and fast.paired and fast.speedup == pytest.approx(2.0, rel=0.02)
+    assert index.compare("a", "c", "k").speedup == pytest.approx(3.0, rel=0.02)  # whole states: 90 / 30
+    assert index.compare("t", "u", "k").effect is None    # no whole-state rows: not measured
+
+
+def test_sides_from_two_sessions_are_compared_unpaired_and_missing_rounds_leave_a_step_unresolved():
+    index = TimingIndex([row("a", "nest", STEADY, session="s1"), row("b", "nest", [50.0] * 6, session="s2"),
+                         row("c", "nest", [50.0, 50.0, 50.0], session="s1")])
+    across = index.compare("a", "b", "k")
+    assert not across.paired and across.effect == "faster"
+    assert index.compare("a", "c", "k").effect == "unresolved"  # three rounds give no interval
+
+
+def effect_row(step_id, effect, speedup, low, high, kind="step", parent=None, after="x", after_us=10.0):
+    return {"step_id": step_id, "kind": kind, "parent_step_id": parent, "effect": effect, "speedup": speedup,
+            "speedup_low": low, "speedup_high": high, "before_us": 100.0, "after_us": after_us, "timing_unit": "nest",
+            "paired": True, "rounds": 5, "after_state_id": after}
+
+
+PROGRAMS = {"p1": {"program_id": "p1", "family": "gemm", "target": "llvm", "signature": "{}"}}
+
+
+def measured(released, effects, follow_ups=()):
+    after_of = {s["step_id"]: s["after_program_id"] for s in released}
+    return {r["step_id"]: r for r in released_effect_rows(released, after_of, effects, list(follow_ups), PROGRAMS,
+                                                          {}, {}, "m", "llvm")}
+
+
+def test_an_enabling_step_keeps_its_best_chain_and_a_dead_end_says_so():
+    released = [step("e1", "p1", "o", "a1", "q1", claim="enabling"), step("e2", "p1", "o", "a2", "q2", claim="enabling"),
+                step("e3", "p1", "o", "a3", "q3", claim="enabling"), step("b1", "p1", "o", "a4", "q4", claim="benefit")]
+    follow = [{**step(f, "p1", "a", "b", f"r{f}", parent=p), "status": "exact", "strategy": f"s-{f}"}
+              for f, p in (("f1", "e1"), ("f2", "e1"), ("f3", "e2"))]
+    effects = [effect_row("e1", "neutral", 1.0, 0.98, 1.02), effect_row("e2", "neutral", 1.0, 0.98, 1.02),
+               effect_row("e3", "neutral", 1.0, 0.98, 1.02), effect_row("b1", "faster", 2.0, 1.9, 2.1),
+               effect_row("f1", "neutral", 1.01, 0.99, 1.03, kind="chain", parent="e1"),
+               effect_row("f2", "faster", 1.8, 1.7, 1.9, kind="chain", parent="e1"),
+               effect_row("f3", "slower", 0.5, 0.45, 0.55, kind="chain", parent="e2")]
+    rows = measured(released, effects, follow)
+    assert rows["e1"]["chain_step_id"] == "f2" and rows["e1"]["chain_effect"] == "faster"
+    assert rows["e1"]["chain_speedup"] == 1.8 and rows["e1"]["dead_end"] is False
+    assert rows["e2"]["dead_end"] is True and rows["e2"]["chain_effect"] == "slower"   # its one chain loses
+    assert rows["e3"]["dead_end"] is True and rows["e3"]["chain_speedup"] is None      # nothing it enables verified
+    assert rows["b1"]["dead_end"] is None and rows["b1"]["chain_speedup"] is None      # claims no enabling
 
 
 def sample(sample_id, prompt, step_ids, split="train"):
@@ -57,14 +150,67 @@ def sample(sample_id, prompt, step_ids, split="train"):
             "step_ids": json.dumps(step_ids)}
 
 
-def test_preference_pairs_choose_the_faster_answer_beyond_the_spread():
+def test_sft_holds_faster_steps_enabling_steps_whose_chain_pays_and_those_chains_never_a_slower_step():
+    released = [step(k, "p1", "o", f"a{k}", f"q{k}", claim=c) for k, c in
+                (("fast", "benefit"), ("slow", "benefit"), ("en", "enabling"), ("en_slow", "enabling"),
+                 ("dead", "enabling"), ("flat", "none"))]
+    follow = [{**step(f"f-{p}", "p1", "a", "b", f"r{p}", parent=p), "status": "exact"} for p in ("en", "en_slow", "dead")]
+    effects = [effect_row("fast", "faster", 2.0, 1.8, 2.2), effect_row("slow", "slower", 0.5, 0.4, 0.6),
+               effect_row("en", "neutral", 1.0, 0.98, 1.02), effect_row("en_slow", "slower", 0.8, 0.7, 0.9),
+               effect_row("dead", "neutral", 1.0, 0.99, 1.01), effect_row("flat", "neutral", 1.0, 0.99, 1.01),
+               effect_row("f-en", "faster", 3.0, 2.5, 3.5, kind="chain", parent="en"),
+               effect_row("f-en_slow", "faster", 1.5, 1.3, 1.7, kind="chain", parent="en_slow"),
+               effect_row("f-dead", "neutral", 1.0, 0.99, 1.01, kind="chain", parent="dead")]
+    rows = list(measured(released, effects, follow).values())
+    samples = [sample(f"x-{s['step_id']}", "P", [s["step_id"]]) for s in released]
+    out = sft_rows(samples, rows, lambda m: f"chain prompt {m['step_id']}", lambda m: f"chain answer {m['step_id']}")
+    kinds = sorted((r["kind"], json.loads(r["step_ids"])[0]) for r in out)
+    assert kinds == [("chain", "en"), ("chain", "en_slow"), ("step", "en"), ("step", "fast")]
+    assert all(r["effect"] != "slower" for r in out) and "dead" not in str(out)
+    chain = next(r for r in out if r["kind"] == "chain" and "en" == json.loads(r["step_ids"])[0])
+    assert json.loads(chain["step_ids"]) == ["en", "f-en"] and chain["effect"] == "faster" and chain["speedup"] == 3.0
+    assert chain["messages"] == [{"role": "user", "content": "chain prompt en"},
+                                 {"role": "assistant", "content": "chain answer en"}]
+
+
+def test_preference_pairs_choose_a_faster_answer_whose_interval_lies_above_the_rejected_one():
     samples = [sample("x1", "P", ["a"]), sample("x2", "P", ["b"]), sample("x3", "P", ["c"]),
-               sample("x4", "Q", ["d"]), sample("x5", "Q", ["e"]),
-               sample("x6", "P", ["a", "b"])]                      # multi-answer: never a pair member
-    effects = [effect("a", 50.0), effect("b", 100.0), effect("c", 51.0), effect("d", 10.0, spread=0.2),
-               effect("e", 12.0, spread=0.2)]
+               sample("x4", "Q", ["d"]), sample("x5", "Q", ["e"]), sample("x6", "P", ["a", "b"])]  # multi: never
+    effects = [{**effect_row("a", "faster", 2.0, 1.8, 2.2), "strategy": "s"},
+               {**effect_row("b", "neutral", 1.0, 0.97, 1.03), "strategy": "s"},
+               {**effect_row("c", "faster", 1.9, 1.7, 2.1), "strategy": "s"},    # overlaps a: never a pair of the two
+               {**effect_row("d", "neutral", 1.02, 0.99, 1.04), "strategy": "s"},  # Q has no faster answer
+               {**effect_row("e", "slower", 0.5, 0.45, 0.55), "strategy": "s"}]
     pairs = preference_pairs(samples, effects, per_prompt=4)
     assert [(p["chosen_step_id"], p["rejected_step_id"]) for p in pairs] == [("a", "b"), ("c", "b")]
-    assert all(p["prompt"] == "P" and p["margin"] > 1.9 for p in pairs)  # a vs c (2%) and d vs e (20% < 2x spread): no pair
+    for p in pairs:
+        assert p["chosen_effect"] == "faster" and p["chosen_speedup_low"] > p["rejected_speedup_high"]
     assert pairs[0]["chosen"] == "answer of ['a']" and pairs[0]["rejected"] == "answer of ['b']"
     assert len(preference_pairs(samples, effects, per_prompt=1)) == 1
+
+
+@pytest.mark.parametrize("claim, effect, speedup, expected", [
+    ("benefit", "slower", 0.8, True), ("benefit", "neutral", 1.0, False), ("benefit", "faster", 2.0, False),
+    ("none", "faster", 1.25, True), ("none", "faster", 1.1, False), ("none", "slower", 0.5, False),
+    ("enabling", "slower", 0.5, False), ("enabling", "faster", 3.0, False),
+])
+def test_a_claim_contradicts_the_clock_only_by_the_issues_rule(claim, effect, speedup, expected):
+    assert contradicts({"claim": claim, "effect": effect, "speedup": speedup}) is expected
+
+
+def test_effect_rows_of_steps_and_chains_and_a_group_reused_only_whole_from_one_session():
+    released = [step("s1", "p1", "o", "a1", "q1", claim="enabling")]
+    follow = [{**step("f1", "p1", "a1", "b1", "r1", parent="s1"), "status": "exact"}]
+    rows = [row("p1", "nest", STEADY), row("q1", "nest", [99.0, 100.0, 101.0, 100.0, 99.5, 100.5]),
+            row("r1", "nest", [50.0, 50.5, 49.5, 50.0, 50.2, 49.8])]
+    out = effect_rows(released, follow, {"s1": "q1"}, TimingIndex(rows), "m", "llvm", {"p1": "gemm"})
+    assert [(r["step_id"], r["kind"], r["effect"]) for r in out] == [("f1", "chain", "faster"), ("s1", "step", "neutral")]
+    programs = [{"program_id": "p1", "family": "gemm", "signature": "{}", "leir": "o"}]
+    [group] = state_groups(programs, released, released, follow_ups=follow)
+    by_key = {(r["state_id"], r["unit"]): {**r, "status": "ok"} for r in rows}
+    cfg = {"unit": "nest"}
+    assert reusable(group, by_key, cfg) is not None
+    by_key[("r1", "nest")] = {**by_key[("r1", "nest")], "session_id": "another"}
+    assert reusable(group, by_key, cfg) is None   # a comparison is made within one session
+    del by_key[("r1", "nest")]
+    assert reusable(group, by_key, cfg) is None
