@@ -300,6 +300,13 @@ class Strategy:
         return Transformation(self.name, self.level, exactness, site, dict(params), ctx.program,
                               rw.program, tuple(rw.facts), rw.effect)
 
+    def replay(self, ctx: Context, site: dict, params: dict) -> Transformation | None:
+        """The transformation recorded as (`site`, `params`): the site of `sites(ctx)` whose JSON is
+        `site` (Site.to_json), rewritten with `params`; None when no site matches or the step is not
+        legal there. What re-makes a released step or trajectory step from its record."""
+        found = next((s for s in self.sites(ctx) if s.to_json() == site), None)
+        return None if found is None else self.apply(ctx, found, params)
+
     def legal_sites(self, ctx: Context) -> list[Site]:
         """Sites with at least one legal, non-trivial parameter variant."""
         if not self.offered(ctx):

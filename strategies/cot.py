@@ -27,7 +27,7 @@ from functools import lru_cache
 from leir.ast import Program
 from leir.printer import format_nest
 from leir.signature import Signature
-from strategies.analysis.cost import Figures, StatementCost, figures
+from strategies.analysis.cost import Figures, StatementCost, estimated_cycles, figures
 from strategies.analysis.prose import plural
 from strategies.analysis.tree import changed_nests
 from strategies.base import Context, Transformation
@@ -101,11 +101,28 @@ class Assessment:
     gains: tuple[str, ...]
     losses: tuple[str, ...]
     changes: tuple[str, ...]         # "parallel extent 1 -> 4", in GAINS order
+    cycles: tuple[float, float] = (0.0, 0.0)  # the static estimate where it acts, before and after
+
+    @property
+    def weighed(self) -> float:
+        """before / after of the static estimate (analysis.cost.estimated_cycles): above 1, cheaper."""
+        before, after = self.cycles
+        return before / after if after > 0 else (1.0 if before == 0 else float("inf"))
+
+
+# A step claims a benefit when a figure improves and the weighed estimate drops by at least this much:
+# below it the figures' gains and losses cancel, and the clock, not the reasoning, decides (issue 41).
+BENEFIT_WEIGHED = 1.1
 
 
 @lru_cache(maxsize=8192)
 def _figures(program: Program, start: int, stop: int, target: str) -> Figures:
     return figures(program, range(start, stop), target)
+
+
+@lru_cache(maxsize=8192)
+def _cycles(program: Program, start: int, stop: int, target: str) -> float:
+    return estimated_cycles(program, range(start, stop), target)
 
 
 def assess(t: Transformation, target: str) -> Assessment:
@@ -119,7 +136,9 @@ def assess(t: Transformation, target: str) -> Assessment:
         better = a > b if key in ("parallel", "vector", "unroll") else a < b
         (gains if better else losses).append(key)
         changes.append(text)
-    return Assessment(t.strategy, target, b_range, before, after, tuple(gains), tuple(losses), tuple(changes))
+    cycles = (_cycles(t.before, b_range.start, b_range.stop, target),
+              _cycles(t.after, a_range.start, a_range.stop, target))
+    return Assessment(t.strategy, target, b_range, before, after, tuple(gains), tuple(losses), tuple(changes), cycles)
 
 
 def _compared(before: Figures, after: Figures, target: str):
@@ -195,19 +214,47 @@ def _legal_at(strategy, ctx: Context, nests: range) -> bool:
 
 # --- rendering -------------------------------------------------------------------------------------
 
-def think(t: Transformation, ctx: Context | None = None, state: StateSteps | None = None) -> str:
-    """The think text of `t`; `ctx` is the context it was enumerated in (its target; None: the CPU,
+# What a chain of thought claims for its step (issue 41), derived from the record it is rendered from:
+# `benefit` (a figure improves on the target), `enabling` (no figure improves by itself, and the step
+# makes named steps legal next at the nests it changed), `none` (neither).
+CLAIMS = ("benefit", "enabling", "none")
+
+
+@dataclass(frozen=True)
+class Reasoning:
+    """What a step's think block weighs and concludes: its assessment, the other options of its state,
+    the claim and the steps it makes legal next (`enables`, only for an `enabling` claim)."""
+
+    target: str
+    mine: Assessment
+    others: tuple[Assessment, ...] | None
+    claim: str
+    enables: tuple[str, ...]
+
+
+def reasoning(t: Transformation, ctx: Context | None = None, state: StateSteps | None = None) -> Reasoning:
+    """The reasoning of `t`; `ctx` is the context it was enumerated in (its target; None: the CPU,
     or the GPU for a GPU-only strategy), `state` every legal step of that state (the options)."""
     target = ctx.target if ctx is not None else _default_target(t.strategy)
     index = state.index(t) if state is not None else None
     mine = state.assessments[index] if index is not None else assess(t, target)
+    others = (tuple(a for i, a in enumerate(state.assessments) if i != index and a.target == target)
+              if state is not None else None)
+    if mine.gains and mine.weighed >= BENEFIT_WEIGHED:
+        return Reasoning(target, mine, others, "benefit", ())
+    nexts = tuple(enabled_next(t, ctx)) if ctx is not None else ()
+    return Reasoning(target, mine, others, "enabling" if nexts else "none", nexts)
+
+
+def think(t: Transformation, ctx: Context | None = None, state: StateSteps | None = None,
+          why: Reasoning | None = None) -> str:
+    """The think text of `t` (see `reasoning` for `ctx` and `state`; `why`: its reasoning, if made)."""
+    why = why or reasoning(t, ctx, state)
+    target, mine = why.target, why.mine
     lines = _now(mine, target)
-    if state is not None:
-        others = [a for i, a in enumerate(state.assessments) if i != index and a.target == target]
-        lines.extend(_options(others))
-        lines.append(_why(t, mine, others, ctx, target))
-    else:
-        lines.append(_why(t, mine, None, ctx, target))
+    if why.others is not None:
+        lines.extend(_options(list(why.others)))
+    lines.append(_why(t, why))
     lines.append(f"Strategy: {t.strategy} ({t.level} level). {t.effect}".rstrip())
     lines.append(f"Where: {t.site.describe()}.")
     if t.params:
@@ -327,21 +374,39 @@ def _verb_plural(verb: str, n: int) -> str:
     return (first[:-2] if first.endswith("shes") else first[:-1]) + " " + rest
 
 
-def _why(t: Transformation, mine: Assessment, others: list[Assessment] | None, ctx: Context | None,
-         target: str) -> str:
-    device = DEVICE[target]
+def _why(t: Transformation, why: Reasoning) -> str:
+    mine, device = why.mine, DEVICE[why.target]
     cost = f", at the cost of {_and([_LOSS[k] for k in mine.losses])}" if mine.losses else ""
-    if mine.gains:
-        verbs = [verb for key, verb in GAINS if key in mine.gains]
-        text = f"Why {t.strategy}: on {device} it {_and(verbs)}{cost}"
-        if others is not None:
-            text += _rivals(t, mine, others)
+    verbs = [verb for key, verb in GAINS if key in mine.gains]
+    if why.claim == "benefit":
+        text = f"Why {t.strategy}: on {device} it {_and(verbs)}{cost}; weighed, {_weighing(mine)}"
+        if why.others is not None:
+            text += _rivals(t, mine, list(why.others))
         return text + "."
-    text = f"Why {t.strategy}: by itself it improves none of these figures on {device}{cost}"
-    nexts = enabled_next(t, ctx) if ctx is not None else []
-    if nexts:
-        return text + f"; it makes {_and(nexts)} legal at the {_nests_text(changed_nests(t.before, t.after)[1])} next."
+    if mine.gains:  # figures that improve, outweighed or cancelled by the ones that worsen
+        text = (f"Why {t.strategy}: on {device} it {_and(verbs)}{cost}; weighed, {_weighing(mine)}, so by itself "
+                "it does not pay")
+    else:
+        text = f"Why {t.strategy}: by itself it improves none of these figures on {device}{cost}"
+    if why.claim == "enabling":
+        return (text + f"; it makes {_and(list(why.enables))} legal at the "
+                f"{_nests_text(changed_nests(t.before, t.after)[1])} next.")
     return text + "; it changes the program's form, as the effect below says, for later steps to use."
+
+
+def _weighing(a: Assessment) -> str:
+    """The static estimate's verdict in words (never a time: a model cannot measure at inference)."""
+    before, after = a.cycles
+    ratio = a.weighed
+    if ratio >= BENEFIT_WEIGHED:
+        return f"the estimated cycles where it acts fall {_ratio(ratio)} ({before:,.0f} -> {after:,.0f})"
+    if ratio > 1 / BENEFIT_WEIGHED:
+        return f"the estimated cycles where it acts stay about the same ({before:,.0f} -> {after:,.0f})"
+    return f"the estimated cycles where it acts rise {_ratio(1 / ratio)} ({before:,.0f} -> {after:,.0f})"
+
+
+def _ratio(x: float) -> str:
+    return "without bound" if x == float("inf") else f"{x:.1f}x"
 
 
 def _rivals(t: Transformation, mine: Assessment, others: list[Assessment]) -> str:
@@ -383,9 +448,10 @@ def _and(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def answer(t: Transformation, ctx: Context | None = None, state: StateSteps | None = None) -> str:
+def answer(t: Transformation, ctx: Context | None = None, state: StateSteps | None = None,
+           why: Reasoning | None = None) -> str:
     body = json.dumps({"transformed_IR": t.after_text, "applied_strategy": t.strategy}, ensure_ascii=False)
-    return f"<think>{think(t, ctx, state)}</think><answer>{body}</answer>"
+    return f"<think>{think(t, ctx, state, why)}</think><answer>{body}</answer>"
 
 
 def multi_answer(ts: list[Transformation], ctx: Context | None = None) -> str:
@@ -422,12 +488,20 @@ def split_answer(text: str) -> tuple[str, object]:
     return think, json.loads(body)
 
 
-def combine_answers(answers: list[str]) -> str:
-    """A multi-answer sample from single answers (each in the published format)."""
+TASK_CHAIN = ("Optimize this LEIR program in {k} steps, each applying exactly one strategy to the result of the "
+              "step before it (the first to the program as given). Keep the known tensors unchanged and preserve "
+              "the result. Reply with <think>your reasoning</think><answer>[{{\"idx\": 1, \"transformed_IR\": ..., "
+              "\"applied_strategy\": ...}}, ...]</answer>, idx in the order the steps apply.")
+
+
+def combine_answers(answers: list[str], label: str = "Option") -> str:
+    """A multi-answer sample from single answers (each in the published format): options of one
+    state (`Option 1:` ...), or with `label="Step"` the steps of a chain, each applied to the result
+    of the one before."""
     thoughts, items = [], []
     for i, text in enumerate(answers, start=1):
         think_text, body = split_answer(text)
-        thoughts.append(f"Option {i}:\n{think_text}")
+        thoughts.append(f"{label} {i}:\n{think_text}")
         items.append({"idx": i, "transformed_IR": body["transformed_IR"], "applied_strategy": body["applied_strategy"]})
     return f"<think>{chr(10).join(thoughts)}</think><answer>{json.dumps(items, ensure_ascii=False)}</answer>"
 

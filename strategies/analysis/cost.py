@@ -18,8 +18,19 @@ For the statements of a range of top-level nests (`figures`):
   across which loops, with its reuse distance: the bytes the inner loops touch between two reads of
   one element (what decides whether it is still in cache).
 
-Shapes are the bounding box of every access (reads included), so no signature is needed. The model
-is static and deliberately simple: it states what changes, it does not predict microseconds.
+Shapes are the bounding box of every access (reads included), so no signature is needed.
+
+The figures say what changes; they do not say which change wins where a step trades one figure for
+another (a reorder that takes the reduction out of the innermost loop and makes its accesses
+strided). `estimated_cycles` weighs them (issue 41): a static, deliberately coarse estimate of the
+cycles the statements of some nests take on a nominal CPU (ESTIMATE: 256-bit vectors, two cores),
+from the work per execution (a transcendental call and a division weigh more than an add), the
+vector lanes the innermost loop runs in (a `V` loop, or a plain innermost loop that the compiler
+vectorises by itself: contiguous, no carried dependence, no call), the latency of a dependence the
+innermost loop carries, the cost of entering a short innermost loop, the cache lines each access
+touches per execution at the cache level its data (or its reuse distance) fits in, and the cores
+and start-up cost of a parallel loop. It predicts no microseconds: the chain of thought compares two
+estimates of the same program, never quotes them as times.
 """
 from __future__ import annotations
 
@@ -58,7 +69,7 @@ class StatementCost:
     parallel_loops: tuple[str, ...]
     vector: int                       # vector width on the target (1: scalar)
     unrolled: int
-    chain: bool                       # the innermost loop carries the reduction (serial dependence)
+    chain: bool                       # the innermost loop carries the reduction or a scan (serial dependence)
     strides: tuple[tuple[str, int | None], ...]   # (tensor, stride along the innermost loop) per access
     reuse: tuple[Reuse, ...]
 
@@ -154,6 +165,7 @@ def statement_cost(site, shapes, target: str) -> StatementCost:
     spatial = set(lhs_vars(stmt))
     reduction = tuple(lp.var for lp in loops if lp.var not in spatial) if is_update(stmt) else ()
     inner = loops[-1] if loops else None
+    scan = inner is not None and carries_scan(stmt, inner.var)
     parallel, parallel_loops = _parallel(loops, target)
     vector = inner.extent if inner is not None and inner.kind == "V" and target == "llvm" else 1
     along = tuple((a.tensor, None if st is None else abs(st.get(inner.var, 0)) if inner else 0)
@@ -174,8 +186,19 @@ def statement_cost(site, shapes, target: str) -> StatementCost:
         element_bytes(stmt.lhs.dtype) if in_memory(stmt.lhs, target) else 0,
         reduction, parallel, parallel_loops, vector,
         math.prod(lp.extent for lp in loops if lp.kind == "U") if any(lp.kind == "U" for lp in loops) else 1,
-        bool(inner is not None and inner.var in reduction and not (inner.kind == "V" and target == "llvm")),
+        bool(inner is not None and (inner.var in reduction or scan) and not (inner.kind == "V" and target == "llvm")),
         along, tuple(reuse))
+
+
+def carries_scan(stmt, var: str) -> bool:
+    """Whether `stmt` reads the tensor it writes at another element along loop `var` (a prefix scan:
+    each iteration waits for the one before, as a reduction's updates do)."""
+    lhs = stmt.lhs
+    for acc in accesses(stmt.rhs):
+        if acc.tensor == lhs.tensor and acc != lhs and any(
+                isinstance(n, Var) and n.name == var for ix in acc.indices for n in walk_expr(ix)):
+            return True
+    return False
 
 
 def figures(program: Program, nests: range, target: str = "llvm") -> Figures:
@@ -183,3 +206,107 @@ def figures(program: Program, nests: range, target: str = "llvm") -> Figures:
     shapes = tensor_boxes(program)
     costs = tuple(statement_cost(s, shapes, target) for s in statement_sites(program) if s.nest_index in nests)
     return Figures(len(nests), costs)
+
+
+# --- weighing the figures: a static estimate of cycles (see the module docstring) -------------------
+
+@dataclass(frozen=True)
+class Estimate:
+    """The nominal CPU the estimate weighs figures for (cycles; bytes). Only ratios of two estimates of
+    one program are ever read, so the weights matter relative to each other; they were chosen among
+    plausible values by how often the claims they give agree with the default build's measured
+    effects (README, "Claims against effects")."""
+
+    vector_bytes: int = 32        # 256-bit vectors
+    call: float = 20.0            # a transcendental call (exp, log, erf, sqrt; `fast_exp` vectorises: 1)
+    division: float = 8.0         # a division or remainder
+    latency: float = 2.0          # one update of a dependence the innermost loop carries, beyond its work
+    issue: float = 1.0            # independent operations a core completes per cycle
+    loop_entry: float = 4.0       # entering an innermost loop (its set-up, the branch out of it)
+    l1: float = 0.25              # a cache line from L1 (at most l1_bytes of data or reuse distance)
+    l2: float = 2.0               # from L2 (at most l2_bytes)
+    memory: float = 8.0           # from memory
+    l1_bytes: int = 32 * 1024
+    l2_bytes: int = 1024 * 1024
+    line_bytes: int = 64
+    cores: int = 2
+    parallel_start: float = 4000.0  # starting and joining a parallel loop once
+
+
+ESTIMATE = Estimate()
+
+
+def estimated_cycles(program: Program, nests: range, target: str = "llvm", e: Estimate = ESTIMATE) -> float:
+    """The estimate of the statements of `program`'s top-level nests in `nests` (CPU model; on a GPU
+    target the same weighing, a coarse proxy)."""
+    shapes = tensor_boxes(program)
+    total, written = 0.0, {}
+    for site in statement_sites(program):
+        if site.nest_index in nests:
+            here = written.setdefault(site.nest_index, set())
+            total += _statement_cycles(site, shapes, here, target, e)
+            here.add(site.stmt.lhs.tensor)
+    return total
+
+
+def _weighted_work(expr, e: Estimate) -> float:
+    work = 0.0
+    for n in _value_nodes(expr):
+        if isinstance(n, Call):
+            work += 1.0 if n.fn not in TRANSCENDENTAL or n.fn == "fast_exp" else e.call
+        elif isinstance(n, BinOp):
+            work += e.division if n.op in ("/", "%", "//") else 1.0
+        elif isinstance(n, Neg | Select | Compare):
+            work += 1.0
+    return work
+
+
+def _lanes(site, inner, chain: bool, contiguous: bool, calls: int, e: Estimate) -> int:
+    lanes = max(1, e.vector_bytes // element_bytes(site.stmt.lhs.dtype))
+    if inner.kind == "V":
+        width = min(inner.extent, lanes) if not calls else 1   # a call in a vector loop runs lane by lane
+        return width if contiguous else max(1, width // 2)       # gathers and scatters
+    if inner.kind == "L" and not chain and not calls and contiguous and inner.extent >= lanes:
+        return lanes                                             # the compiler vectorises it by itself
+    return 1
+
+
+def _level(e: Estimate, nbytes: float) -> float:
+    return e.l1 if nbytes <= e.l1_bytes else e.l2 if nbytes <= e.l2_bytes else e.memory
+
+
+def _statement_cycles(site, shapes, written_here: set[str], target: str, e: Estimate) -> float:
+    cost = statement_cost(site, shapes, target)
+    if not site.loops:
+        return 1.0
+    # the innermost loop that is a loop: the lowering drops loops of one iteration
+    inner = next((lp for lp in reversed(site.loops) if lp.extent > 1), site.loops[-1])
+    strides = {a: access_strides(shapes.get(a.tensor), a) for a in dict.fromkeys([site.stmt.lhs,
+                                                                                   *accesses(site.stmt.rhs)])}
+    along = {a: None if st is None else abs(st.get(inner.var, 0)) for a, st in strides.items()}
+    chain = (inner.var in cost.reduction or carries_scan(site.stmt, inner.var)) and not inner.kind == "V"
+    calls = sum(1 for n in _value_nodes(site.stmt.rhs) if isinstance(n, Call) and n.fn in TRANSCENDENTAL
+                and n.fn != "fast_exp")
+    lanes = _lanes(site, inner, chain, all(v is not None and v <= 1 for v in along.values()), calls, e)
+    per = (_weighted_work(site.stmt.rhs, e) + 1.0) / (lanes * e.issue)
+    if chain and lanes == 1:
+        per = max(per, e.latency)
+    cycles = cost.executions * per + (0.0 if inner.kind == "U" else cost.executions / inner.extent * e.loop_entry)
+    reuse = {r.tensor: r.distance for r in cost.reuse}
+    for acc, step in along.items():
+        if step == 0:
+            continue  # the same element all along the innermost loop: a register
+        shape = shapes.get(acc.tensor)
+        nbytes = element_bytes(acc.dtype)
+        level = _level(e, math.prod(shape) * nbytes if shape else math.inf)
+        if reuse.get(acc.tensor) is not None:
+            level = min(level, _level(e, reuse[acc.tensor]))
+        if acc.tensor in written_here and acc != site.stmt.lhs:
+            level = e.l1  # written by a statement before it in the same nest: still in cache
+        lines = 1.0 if step is None or step * nbytes >= e.line_bytes else step * nbytes / e.line_bytes
+        cycles += cost.executions * lines * level
+    if cost.parallel > 1 and target == "llvm":
+        first = next(i for i, lp in enumerate(site.loops) if lp.kind == "P")
+        starts = math.prod(lp.extent for lp in site.loops[:first])
+        cycles = cycles / min(cost.parallel, e.cores) + starts * e.parallel_start
+    return cycles

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from leir.analysis import element_bytes
 from leir.parse import parse_expr, parse_program
-from strategies.analysis.cost import figures, operation_counts
+from strategies.analysis.cost import carries_scan, estimated_cycles, figures, operation_counts
 
 MM = "B^{4}_{tx=0}L^{8}_{a=0}L^{6}_{c=0}[D^{f64,g}_{tx,a}=D^{f64,g}_{tx,a}+A^{f64,g}_{tx,c}*C^{f64,g}_{c,a};];"
 
@@ -55,3 +55,41 @@ def test_operation_counts_and_element_bytes():
     assert operation_counts(parse_expr("exp(A^{f32,g}_{a}-D^{f32,g})/E^{f32,g}+max(A^{f32,g}_{a},0)")) == (4, 1)  # -, /, +, max; exp
     assert operation_counts(parse_expr("A^{f32,g}_{a+1}")) == (0, 0)  # subscripts are no work
     assert [element_bytes(c) for c in ("f64", "f32", "bf16", "i8", "bool")] == [8, 4, 2, 1, 1]
+
+
+# --- the weighed estimate (issue 41): what the claims of the chains of thought rest on ---------------
+
+def cycles(text: str) -> float:
+    program = parse_program(text)
+    return estimated_cycles(program, range(len(program.nests)))
+
+
+def test_the_estimate_grows_with_the_work_and_weighs_calls_and_divisions():
+    assert cycles(MM.replace("{8}_{a=0}", "{16}_{a=0}")) > 1.9 * cycles(MM)
+    add = "L^{64}_{a=0}L^{64}_{c=0}[C^{f32,g}_{a,c}=A^{f32,g}_{a,c}+1;];"
+    assert cycles(add.replace("+1", "/3")) > cycles(add) and cycles(add.replace("+1", "+exp(A^{f32,g}_{a,c})")) > \
+        cycles(add.replace("+1", "/3"))
+
+
+def test_a_contiguous_innermost_loop_is_vectorised_by_the_compiler_and_a_strided_one_is_not():
+    rows = "L^{256}_{a=0}L^{256}_{c=0}[C^{f32,g}_{a,c}=A^{f32,g}_{a,c}*2;];"
+    columns = "L^{256}_{c=0}L^{256}_{a=0}[C^{f32,g}_{a,c}=A^{f32,g}_{a,c}*2;];"
+    assert cycles(columns) > 4 * cycles(rows)
+    explicit = "L^{256}_{a=0}V^{256}_{c=0}[C^{f32,g}_{a,c}=A^{f32,g}_{a,c}*2;];"
+    assert cycles(explicit) < 1.2 * cycles(rows)  # a V loop gains nothing the compiler did not already do
+
+
+def test_a_carried_dependence_costs_its_latency_and_a_prefix_scan_is_one():
+    scan = "L^{64}_{a=0}L^{512}_{c=1}[C^{f32,g}_{a,c}=C^{f32,g}_{a,c-1}+A^{f32,g}_{a,c};];"
+    program = parse_program(scan)
+    assert carries_scan(program.nests[0].body[0], "c")
+    assert figures(program, range(1)).main.chain  # the chain figure sees the scan too
+    independent = "L^{64}_{a=0}L^{512}_{c=1}[C^{f32,g}_{a,c}=A^{f32,g}_{a,c-1}+A^{f32,g}_{a,c};];"
+    assert cycles(scan) > 2 * cycles(independent)
+
+
+def test_a_parallel_loop_pays_on_large_work_and_not_when_started_per_row():
+    serial = "L^{512}_{a=0}L^{512}_{c=0}[C^{f32,g}_{a,c}=exp(A^{f32,g}_{a,c});];"
+    outer = "P^{512}_{a=0}L^{512}_{c=0}[C^{f32,g}_{a,c}=exp(A^{f32,g}_{a,c});];"
+    inner = "L^{512}_{a=0}P^{512}_{c=0}[C^{f32,g}_{a,c}=exp(A^{f32,g}_{a,c});];"
+    assert cycles(outer) < 0.6 * cycles(serial) < cycles(inner)
