@@ -115,12 +115,13 @@ def _inputs(predictions_file, split, predictions, published, lake) -> list:
 
 
 def _clean_ids(split: str, lake: Path) -> set | None:
-    """The split's samples without structural overlap with the train split (the `structural_overlap`
-    flag of the samples table), or None when the split has no flags (the train split)."""
+    """The test split's samples without structural overlap with the train split (the `structural_overlap`
+    flag of the samples table), or None for another split (a train sample's flag says the opposite: its
+    structure recurs in the test split) or a lake without flags."""
     from flows.storage import structural_overlap
 
     flags = structural_overlap(lake, split)
-    if not flags or all(v is None for v in flags.values()):
+    if split != "test" or not flags or all(v is None for v in flags.values()):
         return None
     return {k for k, v in flags.items() if not v}
 

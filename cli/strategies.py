@@ -70,11 +70,18 @@ def register(app: typer.Typer) -> None:
                        "float64 reference (the programs table's rounding_share): above 0.2 no "
                        "reassociating step is proposed, as in the pipeline.")] = None,
               batch: Annotated[str | None, typer.Option(help='JSONL file (or "-"), one {"id", "signature", '
-                                                        '"leir"} per line, instead of FILE.')] = None):
+                                                        '"leir"} per line, instead of FILE.')] = None,
+              site: Annotated[str | None, typer.Option(help="Only the step at this site: its JSON as a record "
+                                                       "gives it (the `site` of a step or of a trajectory; "
+                                                       "with --params).")] = None,
+              params: Annotated[str | None, typer.Option(help="With --site: the step's parameters (JSON, as "
+                                                         "recorded; default {}).")] = None):
         """Apply a strategy at every legal site and parameter; one JSON line per transformation:
-        {"strategy", "site", "params", "after", "cot"} ("id" first with --batch). A strategy that raises
-        on a program gives one line {"strategy", "error", "exception": {"type", "message", "file",
-        "line"}} and the others go on; with --batch, a program that cannot be read gives {"id",
+        {"strategy", "site", "params", "after", "cot"} ("id" first with --batch). With --site (and
+        --params), only the step recorded at that site with those parameters: what replays a released
+        step or a trajectory's step byte for byte (exit 1 when it is not legal there). A strategy that
+        raises on a program gives one line {"strategy", "error", "exception": {"type", "message",
+        "file", "line"}} and the others go on; with --batch, a program that cannot be read gives {"id",
         "error"} and the batch goes on. Exit 1 if nothing applies (with --batch: if some program got
         no transformation or an error)."""
         from strategies.registry import ALL_NAMES, get, registered
@@ -87,7 +94,8 @@ def register(app: typer.Typer) -> None:
             fail(f"unknown strategy {strategy!r}")
         from leir.ast import EXTENSION_FNS
 
-        options = (target, seed, max_, cot, EXTENSION_FNS if extensions else (), rounding_share)
+        chosen_step = _recorded_step(strategy, site, params)
+        options = (target, seed, max_, cot, EXTENSION_FNS if extensions else (), rounding_share, chosen_step)
         if batch is not None:
             if file is not None or signature is not None:
                 fail("--batch takes no FILE or --signature")
@@ -129,12 +137,12 @@ def _apply_program(program, sig, chosen, options, head: dict) -> tuple[int, int]
     from strategies.base import Context
     from strategies.cot import answer
 
-    target, seed, max_, cot, extensions, rounding_share = options
+    target, seed, max_, cot, extensions, rounding_share, recorded = options
     ctx = Context(program, sig, target, rounding_share, tuple(extensions))
     count = errors = 0
     for s in chosen:
         try:
-            rows = list(_strategy_rows(s, ctx, seed, max_, cot, answer))
+            rows = list(_strategy_rows(s, ctx, seed, max_, cot, answer, recorded))
         except ITEM_ERRORS as e:  # one strategy's bug on this program must not hide the others
             typer.echo(json.dumps(head | {"strategy": s.name} | item_error(None, e)))
             errors += 1
@@ -145,8 +153,32 @@ def _apply_program(program, sig, chosen, options, head: dict) -> tuple[int, int]
     return count, errors
 
 
-def _strategy_rows(s, ctx, seed: int, max_: int | None, cot: bool, answer):
-    ts = list(s.transformations(ctx))
+def _recorded_step(strategy: str, site: str | None, params: str | None) -> tuple[dict, dict] | None:
+    """(site, params) of `--site`/`--params`, checked: JSON objects, one strategy."""
+    if site is None:
+        if params is not None:
+            fail("--params needs --site")
+        return None
+    if strategy == "all":
+        fail("--site needs one strategy, not 'all'")
+    parsed = []
+    for name, text in (("--site", site), ("--params", params or "{}")):
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as e:
+            fail(f"{name}: not JSON ({e.msg} at line {e.lineno}, column {e.colno})")
+        if not isinstance(value, dict):
+            fail(f"{name}: expected a JSON object, got {type(value).__name__}")
+        parsed.append(value)
+    return parsed[0], parsed[1]
+
+
+def _strategy_rows(s, ctx, seed: int, max_: int | None, cot: bool, answer, recorded: tuple[dict, dict] | None = None):
+    if recorded is not None:
+        t = s.replay(s.context_for(ctx), *recorded)
+        ts = [] if t is None else [t]
+    else:
+        ts = list(s.transformations(ctx))
     if max_ is not None and len(ts) > max_:
         rng = random.Random(f"{seed}:{s.name}:{ctx.alpha}")
         ts = [ts[i] for i in sorted(rng.sample(range(len(ts)), max_))]

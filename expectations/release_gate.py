@@ -17,7 +17,7 @@ from strategies.registry import ALL_NAMES, LEVEL_OF
 
 STATUSES = ["exact", "close", "mismatch", "build_error", "runtime_error", "timeout", "crash", "invalid"]
 SAMPLE_COLUMNS = ["sample_id", "split", "prompt", "answer", "step_ids", "strategies", "prompt_tokens",
-                  "answer_tokens", "structural_overlap"]  # issue 25: flag of a test sample, null in train
+                  "answer_tokens", "structural_overlap"]  # issues 25, 41: overlap with the other split
 STEP_COLUMNS = ["step_id", "program_id", "strategy", "level", "before_leir", "after_leir", "exactness", "status",
                 "family", "unit_loop_scheduled"]
 

@@ -362,12 +362,16 @@ def assemble_samples(kept: pa.Table, programs: pa.Table, params, count_tokens=No
             samples.append(_sample(split_of[chosen[0]["family"]], prompt_for(chosen[0], task),
                                    combine_answers([r["cot"] for r in chosen]), chosen, count_tokens))
             multi += 1
-    train = {t for r in rows if split_of[r["family"]] == "train" for t in (r["before_leir"], r["after_leir"])}
-    overlap = overlapping_states(train, {r["before_leir"] for r in rows if split_of[r["family"]] == "test"})
+    # Structural overlap across the split, both ways: a test sample whose before-state's every nest has a
+    # twin in the train states (what a model trained on train has seen), a train sample whose before-state's
+    # every nest has a twin in the test states (what a score on test partly repeats).
+    states = {sp: {t for r in rows if split_of[r["family"]] == sp for t in (r["before_leir"], r["after_leir"])}
+              for sp in ("train", "test")}
+    overlap = {sp: overlapping_states(states[other], {r["before_leir"] for r in rows if split_of[r["family"]] == sp})
+               for sp, other in (("test", "train"), ("train", "test"))}
     before_of = {r["step_id"]: r["before_leir"] for r in rows}
     for sample in samples:
-        if sample["split"] == "test":
-            sample["structural_overlap"] = overlap[before_of[json.loads(sample["step_ids"])[0]]]
+        sample["structural_overlap"] = overlap[sample["split"]][before_of[json.loads(sample["step_ids"])[0]]]
     counters = [Counter("single-answer samples", len(rows), len(rows)),
                 Counter("multi-answer samples (program states with k distinct strategies)", len(by_state), multi)]
     return sorted(samples, key=lambda s: s["sample_id"]), counters

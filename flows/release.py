@@ -10,7 +10,7 @@ import json
 import re
 import shutil
 from collections import Counter as Tally
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -24,6 +24,7 @@ from prefect import flow  # noqa: E402
 from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
 from flows.config import Params  # noqa: E402
+from flows.measured import configs_section, measured_section  # noqa: E402
 from flows.storage import family_splits, read_table, release_inputs, strategy_coverage  # noqa: E402
 from flows.tasks import say  # noqa: E402
 
@@ -44,32 +45,55 @@ class ReleaseError(Exception):
     pass
 
 
-F64, I64, STR = pa.float64(), pa.int64(), pa.string()
-# The configs made of measurements (issue 24): never read by the deterministic ones.
+F64, I64, STR, BOOL = pa.float64(), pa.int64(), pa.string(), pa.bool_()
+MESSAGES = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
+# The configs made of measurements (issues 24, 41): never read by the deterministic ones.
 MEASURED_SCHEMAS = {
     "measured": pa.schema([
-        ("step_id", STR), ("program_id", STR), ("family", STR), ("split", STR), ("strategy", STR), ("level", STR),
+        ("step_id", STR), ("program_id", STR), ("parent_step_id", STR), ("depth", I64), ("family", STR), ("split", STR),
+        ("strategy", STR), ("level", STR), ("site", STR), ("params", STR), ("claim", STR), ("enables", STR),
         ("before_state_id", STR), ("after_state_id", STR), ("before_leir", STR), ("after_leir", STR),
         ("verification", STR), ("exactness", STR), ("before_us", F64), ("after_us", F64), ("speedup", F64),
-        ("spread", F64), ("effect", STR), ("machine_id", STR)]),
+        ("speedup_low", F64), ("speedup_high", F64), ("effect", STR), ("timing_unit", STR), ("paired", BOOL),
+        ("rounds", I64), ("chain_speedup", F64), ("chain_speedup_low", F64), ("chain_speedup_high", F64),
+        ("chain_effect", STR), ("chain_step_id", STR), ("chain_strategy", STR), ("chain_after_leir", STR),
+        ("dead_end", BOOL), ("machine_id", STR)]),
+    "sft": pa.schema([
+        ("messages", MESSAGES), ("sample_id", STR), ("split", STR), ("kind", STR), ("step_ids", STR),
+        ("strategies", STR), ("claim", STR), ("effect", STR), ("speedup", F64), ("speedup_low", F64),
+        ("speedup_high", F64), ("step_effect", STR), ("chain_effect", STR)]),
     "preference": pa.schema([
         ("prompt", STR), ("chosen", STR), ("rejected", STR), ("split", STR), ("chosen_step_id", STR),
-        ("rejected_step_id", STR), ("chosen_strategy", STR), ("rejected_strategy", STR), ("chosen_us", F64),
-        ("rejected_us", F64), ("margin", F64), ("before_us", F64)]),
-    "trajectories": pa.schema([
+        ("rejected_step_id", STR), ("chosen_strategy", STR), ("rejected_strategy", STR), ("chosen_effect", STR),
+        ("rejected_effect", STR), ("chosen_speedup", F64), ("chosen_speedup_low", F64), ("rejected_speedup", F64),
+        ("rejected_speedup_high", F64), ("chosen_us", F64), ("rejected_us", F64), ("margin", F64),
+        ("before_us", F64)]),
+    "preference_chat": pa.schema([
+        ("prompt", MESSAGES), ("chosen", MESSAGES), ("rejected", MESSAGES), ("split", STR), ("chosen_step_id", STR),
+        ("rejected_step_id", STR), ("margin", F64)]),
+    **{name: pa.schema([
         ("trajectory_id", STR), ("program_id", STR), ("family", STR), ("workload", STR), ("dtype", STR),
         ("split", STR), ("driver", STR), ("policy", STR), ("seed", I64), ("states", pa.list_(STR)),
-        ("strategies", pa.list_(STR)), ("params", pa.list_(STR)), ("times_us", pa.list_(F64)),
-        ("speedups", pa.list_(F64)), ("best_speedup", F64), ("steps", I64), ("states_verified", I64),
-        ("wall_s", F64), ("machine_id", STR), ("cpu", STR)]),
+        ("strategies", pa.list_(STR)), ("sites", pa.list_(STR)), ("params", pa.list_(STR)),
+        ("exactness", pa.list_(STR)), ("verification", pa.list_(STR)), ("max_abs_err", pa.list_(F64)),
+        ("times_us", pa.list_(F64)), ("speedups", pa.list_(F64)), ("speedups_low", pa.list_(F64)),
+        ("speedups_high", pa.list_(F64)), ("step_effects", pa.list_(STR)), ("best_speedup", F64), ("steps", I64),
+        ("search_states", I64), ("search_speedup", F64), ("wall_s", F64), ("machine_id", STR), ("cpu", STR),
+        ("format", STR)]) for name in ("trajectories", "trajectories_fast_exp")},
 }
+# How each config's rows are ordered (a rebuild gives the same bytes).
+SORT_KEYS = {"measured": ("step_id",), "sft": ("sample_id",),
+             "preference": ("prompt", "chosen_step_id", "rejected_step_id"),
+             "preference_chat": ("chosen_step_id", "rejected_step_id"), "trajectories": ("trajectory_id",),
+             "trajectories_fast_exp": ("trajectory_id",)}
 
 
 @dataclass(frozen=True)
 class Measured:
-    """What a release says about speed, from the lake's measurements: per released step (`effects`),
-    preference pairs, the search's trajectories, the machine that measured them, the offline cost
-    model (its file and held-out quality)."""
+    """What a release says about speed, from the lake's measurements: per released step (`effects`,
+    the `measured` rows), the `sft` rows, preference pairs in both forms, the search's trajectories,
+    the machine that measured them and how (`timing`: protocol, rounds, units, the nest/whole
+    agreement), the offline cost model (its file and held-out quality)."""
 
     effects: list[dict]
     preference: list[dict]
@@ -77,18 +101,32 @@ class Measured:
     machine: dict | None
     cost_model: Path | None = None
     cost_model_quality: dict | None = None
+    sft: list[dict] = field(default_factory=list)
+    preference_chat: list[dict] = field(default_factory=list)
+    timing: dict = field(default_factory=dict)
+    trajectories_left_out: dict = field(default_factory=dict)  # reason -> trajectories not released
 
     def rows(self, config: str) -> list[dict]:
-        return {"measured": self.effects, "preference": self.preference, "trajectories": self.trajectories}[config]
+        published = [t for t in self.trajectories if t["format"] == "published"]
+        return {"measured": self.effects, "sft": self.sft, "preference": self.preference,
+                "preference_chat": self.preference_chat, "trajectories": published,
+                "trajectories_fast_exp": [t for t in self.trajectories if t["format"] != "published"]}[config]
 
 
 def measured_inputs(lake: Path, params, reports: Path | None = None) -> Measured:
-    """The release's measured parts, from the `timings`, `trajectories` and cost model of `lake`."""
+    """The release's measured parts, from the `timings`, `effects`, `follow_ups`, `trajectories` and
+    cost model of `lake`."""
     from flows.cost_model import MODEL_PATH
-    from flows.measure import preference_pairs, release_trajectories, released_effects
+    from flows.measured import (
+        measured_rows,
+        preference_chat_rows,
+        preference_pairs,
+        release_trajectories,
+        sft_rows,
+    )
 
     target = params.verify["target"]
-    effects, machine = released_effects(lake, target)
+    effects, machine, timing, chain_prompt, chain_answer = measured_rows(lake, target)
     samples = read_table(lake, "samples").to_pylist()
     per_prompt = int(params.release.get("preference_pairs_per_prompt", 4))
     pairs = preference_pairs(samples, effects, per_prompt)
@@ -97,8 +135,10 @@ def measured_inputs(lake: Path, params, reports: Path | None = None) -> Measured
     quality = None
     if reports is not None and (Path(reports) / "cost_model.json").exists():
         quality = json.loads((Path(reports) / "cost_model.json").read_text()).get("quality")
-    return Measured(effects, pairs, release_trajectories(lake, split_of), machine,
-                    model if model.exists() else None, quality)
+    trajectories, left_out = release_trajectories(lake, split_of)
+    return Measured(effects, pairs, trajectories, machine, model if model.exists() else None, quality,
+                    sft_rows(samples, effects, chain_prompt, chain_answer), preference_chat_rows(pairs), timing,
+                    left_out)
 
 
 def parse_version(version: str, development: bool = False) -> tuple[int, int, int]:
@@ -194,8 +234,9 @@ def make_release(lake: Path, version: str, samples: pa.Table, steps: pa.Table, p
         card += _split_section(samples, splits, steps)
     if development_of is not None:
         card += _development_section(version, development_of)
+    card += configs_section({c: {sp: t.num_rows for sp, t in splits.items()} for c, splits in tables.items()})
     if measured is not None:
-        card += _measured_section(measured)
+        card += measured_section(measured)
     if coverage is not None:
         card += _coverage_section(coverage, int(params.release.get("min_samples_per_strategy", 100)), filter_counters)
     if shapes is not None:
@@ -219,95 +260,12 @@ def _write_measured(folder: Path, measured: Measured, tables: dict) -> None:
             if not part:
                 continue
             table = pa.Table.from_pylist([{k: r.get(k) for k in schema.names} for r in part], schema=schema)
-            key = [k for k in ("step_id", "prompt", "trajectory_id") if k in schema.names][0]
-            table = table.sort_by([(key, "ascending")] + ([("rejected_step_id", "ascending")]
-                                                         if config == "preference" else []))
+            table = table.sort_by([(k, "ascending") for k in SORT_KEYS[config]])
             (folder / config).mkdir(exist_ok=True)
             pq.write_table(table, folder / config / f"{split}.parquet", compression="zstd")
             tables.setdefault(config, {})[split] = table
     if measured.cost_model is not None:
         shutil.copyfile(measured.cost_model, folder / "cost_model.json")
-
-
-def _timing_unit_line(units: list[str]) -> str:
-    """How a state's time was taken (the timings' `unit`, `measure.unit` in params.yaml)."""
-    said = {"nest": "by nests: a state's time is the sum of its top-level loop nests' times, each nest compiled "
-                    "once for all the states of its program that share it and run on the values the nests "
-                    "before it computed, the nests' samples summed round by round (README \"Nest by nest\")",
-            "state": "whole: each state compiled and run as one function"}
-    parts = [said.get(u, f"`{u}`") for u in units]
-    if not parts:
-        return ""
-    return "States were timed " + "; some ".join(parts) + f" (`measure.unit`: {', '.join(units)})."
-
-
-def _measured_section(m: Measured) -> str:
-    """The card's account of speed: the machine, the effect of the released steps per level and per
-    strategy, the preference pairs, the trajectories and the offline cost model."""
-    from flows.measure import effect_shares
-
-    lines = ["## Measured effects", ""]
-    gpu = sum(1 for e in m.effects if e.get("program_target") == "cuda")
-    gpu_line = (f"{gpu} released steps belong to programs written for a GPU (CUDA): they were verified on the "
-                "CPU (LEIR's semantics do not depend on the target), and on CUDA where a GPU was present, but "
-                "never timed on the CPU; their `before_us`, `after_us`, `speedup` and `effect` stay null in "
-                "`measured` until they are timed on a GPU.") if gpu else ""
-    if m.machine is None:
-        return "\n".join([*lines, "No state was timed: the `measured` and `preference` configs are empty.",
-                          *([gpu_line] if gpu_line else []), ""])
-    measured = sum(1 for e in m.effects if e["effect"])
-    lines += [f"Every state the release refers to (originals, and each released step's before and after state) "
-              f"was timed on one machine: **{m.machine.get('cpu_model')}**, {m.machine.get('tvm_threads')} TVM "
-              f"threads, TVM {m.machine.get('tvm_version')}, target `{m.machine.get('target')}` (fingerprint "
-              f"`{m.machine.get('id')}`). One program's states were measured in one session, interleaved (round r "
-              "times every state once, the order reversed every other round), each sample at least a few "
-              "milliseconds of back-to-back runs, rounds added until each state's relative interquartile "
-              f"range is small. {_timing_unit_line(m.machine.get('timing_units') or [])} "
-              "A step is `faster` when before/after exceeds 1 by more than twice the larger "
-              "spread (and at least 2%), `slower` when it falls short by as much, `neutral` otherwise. "
-              f"{measured} of {len(m.effects)} released steps have a measured effect.", "",
-              *([gpu_line, ""] if gpu_line else []),
-              "Effects are measurements of this machine: another CPU may rank the same steps differently. The "
-              "`default` and `chat` configs never depend on them (two rebuilds give the same bytes on any "
-              "machine); the `measured`, `preference` and `trajectories` configs do.", "",
-              "| level | steps | faster | neutral | slower |", "| --- | --- | --- | --- | --- |"]
-    shares = effect_shares(m.effects)
-    by_level: dict[str, dict] = {}
-    for e in shares.values():
-        agg = by_level.setdefault(e["level"], {"measured": 0, "faster": 0, "neutral": 0, "slower": 0})
-        for k in agg:
-            agg[k] += e[k]
-    lines += [f"| {lv} | {a['measured']} | {_pct(a['faster'], a['measured'])} | {_pct(a['neutral'], a['measured'])} | "
-              f"{_pct(a['slower'], a['measured'])} |" for lv, a in sorted(by_level.items())]
-    chosen = Tally(p["chosen_strategy"] for p in m.preference)
-    rejected = Tally(p["rejected_strategy"] for p in m.preference)
-    lines += ["", "| strategy | released steps | measured | faster | neutral | slower | preference pairs "
-              "(chosen / rejected) |", "| --- | --- | --- | --- | --- | --- | --- |"]
-    lines += [f"| {k} | {e['released']} | {e['measured']} | {_pct(e['faster'], e['measured'])} | "
-              f"{_pct(e['neutral'], e['measured'])} | {_pct(e['slower'], e['measured'])} | "
-              f"{chosen.get(k, 0)} / {rejected.get(k, 0)} |" for k, e in shares.items()]
-    lines += ["", f"`preference`: {len(m.preference)} pairs (prompt, chosen, rejected: two verified answers to "
-              "the same prompt whose after-states' times differ beyond their spread, the faster chosen; the "
-              "columns TRL's DPO trainer reads). `trajectories`: "
-              f"{len(m.trajectories)} multi-step records of the search (states, strategies, the time of every "
-              "state as the search measured it, the driver, the machine).", ""]
-    if m.cost_model is not None:
-        q = m.cost_model_quality or {}
-        lines += ["`cost_model.json`: the offline cost model (XGBoost over LEIR-tree features -> log2 µs on this "
-                  "machine, `search.cost_model.PriorModel.load`), trained on every timed state; `steptp search` "
-                  "starts from it. On families it never saw (trained on the train split's families): Spearman "
-                  f"{_num(q.get('spearman'))} between predicted and measured times over "
-                  f"{q.get('test_states', 0)} held-out states, {_num(q.get('spearman_within_program'))} within one "
-                  "program (median over held-out programs).", ""]
-    return "\n".join(lines)
-
-
-def _pct(n: int, total: int) -> str:
-    return f"{100 * n / total:.0f}%" if total else "-"
-
-
-def _num(x) -> str:
-    return "n/a" if x is None else f"{x:.2f}"
 
 
 def _development_section(version: str, published: str) -> str:
@@ -416,7 +374,9 @@ def _split_section(samples: pa.Table, splits: dict[str, str], steps: pa.Table | 
              "(before- or after-state) once tensor names, loop indices, loop extents and integer literals are "
              "abstracted (`leir.canon.structure_hashes`); the column `structural_overlap` marks them. The clean "
              f"part of the test split is the other **{ov['clean']}** samples; `steptp eval --split test` scores "
-             "both." + (f" Nest by nest, {ov['test_nests_seen']} of the {ov['test_nests']} loop nests of the "
+             "both. In the train split the same column marks the samples whose before-state's every nest has a "
+             f"twin in a test state: {ov.get('train_overlapping', 0)} of {fig['train']}."
+             + (f" Nest by nest, {ov['test_nests_seen']} of the {ov['test_nests']} loop nests of the "
                         f"{ov['test_states']} distinct test states have a twin in train (a partial overlap the "
                         "flag, which asks for every nest, does not count)." if "test_nests" in ov else ""), "",
              "| strategy | train samples | test samples |", "| --- | --- | --- |",
@@ -439,11 +399,10 @@ def _limitations_section(params, samples: pa.Table, steps: pa.Table, programs: p
              + (f"{gpu_steps} steps of GPU-only strategies ({', '.join(gpu_only)}) were verified on the CPU too "
                 "(LEIR's meaning does not depend on the target); none was run on a GPU."
                 if gpu_only else "No released step is of a GPU-only strategy."),
-             "- **Effects are measurements of one machine.** The `measured`, `preference` and `trajectories` "
-             "configs and the cost model come from timings of one CPU; another machine may rank the same steps "
-             "differently. GPU-target steps have no measured effect." + ("" if measured is not None and
-                                                                           measured.machine else
-                                                                           " This release holds no timing."),
+             "- **Effects are measurements of one machine.** The `measured`, `sft`, `preference`, "
+             "`preference_chat` and `trajectories` configs and the cost model come from timings of one CPU; another "
+             "machine may rank the same steps differently. GPU-target steps have no measured effect."
+             + ("" if measured is not None and measured.machine else " This release holds no timing."),
              ]
     if programs is not None and "program_id" in steps.column_names:
         released = set(steps.column("program_id").to_pylist())
@@ -464,10 +423,11 @@ def _limitations_section(params, samples: pa.Table, steps: pa.Table, programs: p
                      f"({100 * ov['share']:.1f}%) repeat, up to names and sizes, every loop nest of their state from "
                      f"the train split{nests} (section Test split); report scores on the clean part beside the "
                      "whole split.")
-    lines += ["- **Single steps, generated text.** A sample is one step from one state (multi-step records are "
-              "in `trajectories` only); prompts and chains of thought are generated from the LEIR tree by the "
-              "pipeline (deterministic templates over static analysis), not written by people, and say nothing "
-              "measured.",
+    lines += ["- **Mostly single steps, generated text.** A `default` sample is one step (or k options) from one "
+              "state; multi-step records are the two-step chains of `sft` and the search's `trajectories`. Prompts "
+              "and chains of thought are generated from the LEIR tree by the pipeline (deterministic templates over "
+              "a static analysis), not written by people, and cite no timing; where the static figures and the "
+              "clock disagree the card gives the rate (section Measured effects).",
               "- **Synthetic shapes.** Programs are traced PyTorch modules at shapes drawn under a work budget "
               "(section Shapes): smaller than production layers, and one instance per workload at this profile.",
               "- **The split follows coverage.** The test families were chosen so that the test split covers the "
@@ -630,14 +590,13 @@ def _card(version, params, sizes, per_strategy, gate, counters, info, date, tabl
              "config `chat`), the same as JSON Lines in `chat_jsonl/{train,test}.jsonl` for SFT tools, "
              "`shapes.png` (the programs' shapes), `reports/` (the build's deterministic reports this card "
              "cites: filter counters, gate, split, strategies, verification, errors, summary and their figures), "
-             "`croissant.json` (Croissant metadata with sha256 of every file), `CHANGELOG.md`; made of "
-             "measurements (section below): `measured/` (config `measured`: one "
-             "row per released step with its before and after time, speedup, spread and effect), `preference/` "
-             "(config `preference`: prompt, chosen, rejected), `trajectories/` (config `trajectories`: the "
-             "search's multi-step records) and `cost_model.json`. Load with `datasets.load_dataset(DIR)` or "
-             "`datasets.load_dataset(DIR, NAME)` for NAME in `chat`, `measured`, `preference`, `trajectories`, or "
-             "with `mlcroissant.Dataset(jsonld=DIR + \"/croissant.json\")` (record sets `train`, `test`, "
-             "`measured_train`, ...).", "",
+             "`croissant.json` (Croissant metadata with sha256 of every file and its Responsible-AI fields), "
+             "`CHANGELOG.md`; made of measurements (sections Configs and Measured effects): `measured/`, `sft/`, "
+             "`preference/`, `preference_chat/`, `trajectories/` (one folder per config) and `cost_model.json`. "
+             "Load with `datasets.load_dataset(DIR)` or `datasets.load_dataset(DIR, NAME)` for NAME in `chat`, "
+             "`measured`, `sft`, `preference`, `preference_chat`, `trajectories`, or with "
+             "`mlcroissant.Dataset(jsonld=DIR + \"/croissant.json\")` (record sets `train`, `test`, "
+             "`measured_train`, ...; the configs of nested message lists are files only).", "",
              f"Released {date} (`release.date` of params.yaml: the date the version was cut, not the build's "
              "clock). The `default` and `chat` files are the same bytes on every rebuild; the measured ones are "
              "the same for the same `timings` table (versioned with DVC).", ""]
@@ -677,8 +636,9 @@ def _write_croissant(folder: Path, version: str, params, tables: dict, date: str
                                    sha256=hashlib.sha256((folder / f).read_bytes()).hexdigest()) for f in files]
     record_sets = []
     for config, splits in tables.items():
-        if config == "chat":  # nested messages: the JSON Lines and Parquet files are listed above
-            continue
+        if any(pa.types.is_list(f.type) and pa.types.is_struct(f.type.value_type)
+               for f in next(iter(splits.values())).schema):
+            continue  # nested messages (`chat`, `sft`, `preference_chat`): their files are listed above
         folder_name = "data" if config == "default" else config
         for split, table in splits.items():
             set_id = split if config == "default" else f"{config}_{split}"
@@ -689,13 +649,48 @@ def _write_croissant(folder: Path, version: str, params, tables: dict, date: str
                       for f in table.schema]
             record_sets.append(mlc.RecordSet(id=set_id, name=set_id, fields=fields))
     rel = params.release
+    creator = rel.get("creator") or {"name": "Step-TP data lake maintainers"}
     metadata = mlc.Metadata(
         name=f"step-tp-v{version}", version=version, license=[rel["license"]],
         description="Step-level verified LEIR tensor-program transformations with chain of thought.",
-        url=rel.get("url", "https://example.org/step-tp"), cite_as=rel.get("cite_as", "Step-TP (Liu et al., 2026)"),
-        date_published=datetime.datetime.fromisoformat(date), distribution=distribution, record_sets=record_sets)
+        creators=[mlc.Organization(name=creator["name"], url=creator.get("url"))],
+        url=rel.get("url"), cite_as=rel.get("cite_as") or CITATION,
+        date_published=datetime.datetime.fromisoformat(date), distribution=distribution, record_sets=record_sets,
+        **RESPONSIBLE_AI)
     (folder / "croissant.json").write_text(json.dumps(metadata.to_json(), indent=1, sort_keys=True, default=str)
                                            + "\n")
+
+
+# What Croissant's `citeAs` asks for: the publication that describes the dataset, in BibTeX.
+CITATION = """@misc{liu2026steptp,
+  title = {Step-TP: A Grounded, Step-Level Dataset with Chain-of-Thought Reasoning for LLM-Guided Tensor Program
+           Optimization},
+  author = {Liu and Zheng and Su and Wu},
+  year = {2026},
+  note = {Rebuilt with the Step-TP data lake toolchain}
+}"""
+# Croissant's Responsible-AI fields (`rai:`), true of every release this pipeline builds.
+RESPONSIBLE_AI = {
+    "data_collection": "Generated, not collected: PyTorch modules of a workload catalogue, traced to LEIR at shapes "
+                       "drawn under a work budget, rewritten by 43 rule-based strategies, verified with TVM against "
+                       "the original program on seeded input draws; chains of thought rendered from each "
+                       "transformation record by templates over a static analysis; runtimes measured with TVM on one "
+                       "CPU named in the card.",
+    "data_collection_type": ["Synthetic"],
+    "data_limitations": "Verified on seeded inputs, not proved equivalent. Runtimes and effect classes are "
+                        "measurements of one machine: another CPU may rank the same steps differently, and steps "
+                        "of programs written for a GPU are not timed. Shapes are smaller than production layers. "
+                        "Chains of thought are template text over static figures that can disagree with the clock "
+                        "(the card gives the rate).",
+    "data_biases": "The mix of strategies follows the catalogue's workloads and the filter's caps, not how often a "
+                   "compiler would use each; the test split holds out families chosen for strategy coverage, not "
+                   "at random; half-precision programs are few.",
+    "personal_sensitive_information": "None: the records are generated tensor programs and text about them.",
+    "data_use_cases": "Supervised fine-tuning (default, chat, sft), preference tuning (preference, "
+                      "preference_chat), process supervision and search research (measured, trajectories) of models "
+                      "that optimise tensor programs; evaluation on the held-out test split. Not a benchmark of "
+                      "hardware speed, nor a source of production schedules without verification on the target.",
+}
 
 
 def _croissant_type(t: pa.DataType):
@@ -752,7 +747,8 @@ def release_flow(raw: dict, profile: str, lake: str, reports: str, version: str 
 
 # The folders of a release whose bytes are its data (the content hash of a development release), with
 # the pinned reports its card cites.
-RELEASE_DATA_FOLDERS = ("data", "chat", "chat_jsonl", "measured", "preference", "trajectories", "reports")
+RELEASE_DATA_FOLDERS = ("data", "chat", "chat_jsonl", "measured", "sft", "preference", "preference_chat",
+                        "trajectories", "trajectories_fast_exp", "reports")
 
 
 def _compare_release(existing: Path, lake: Path, version: str, inputs: tuple) -> tuple[bool, str]:

@@ -197,6 +197,7 @@ def split_figures(samples: pa.Table, splits: dict[str, str], steps: pa.Table | N
         per.setdefault(r["split"], Tally()).update(json.loads(r["strategies"]))
     test = [r for r in rows if r["split"] == "test"]
     overlapping = sum(1 for r in test if r["structural_overlap"])
+    train_overlapping = sum(1 for r in rows if r["split"] == "train" and r["structural_overlap"])
     released = sorted(set(per["train"]) | set(per["test"]))
     counts = Tally(r["split"] for r in rows)
     return {
@@ -207,7 +208,7 @@ def split_figures(samples: pa.Table, splits: dict[str, str], steps: pa.Table | N
         "train_only": [k for k in released if not per["test"][k]],
         "test_only": [k for k in released if not per["train"][k]],
         "samples_per_strategy": {k: {"train": per["train"][k], "test": per["test"][k]} for k in released},
-        "overlap": {"test_samples": len(test), "overlapping": overlapping,
+        "overlap": {"test_samples": len(test), "overlapping": overlapping, "train_overlapping": train_overlapping,
                     "share": round(overlapping / len(test), 4) if test else 0.0, "clean": len(test) - overlapping,
                     **(nest_overlap(steps, splits) if steps is not None and {"family", "before_leir", "after_leir"}
                        <= set(steps.column_names) else {})},

@@ -89,42 +89,73 @@ def select_programs(programs: list[dict], cfg: dict) -> dict[str, list[dict]]:
     return dict(sorted(out.items()))
 
 
-def search_programs(programs: list[dict], cfg: dict, target: str, prior_path: str | None = None) -> dict:
+def search_programs(programs: list[dict], cfg: dict, target: str, prior_path: str | None = None,
+                    checks: dict | None = None) -> dict:
     """Every driver on every program: trajectories rows, step rows, per-search summaries. `prior_path`:
-    the offline cost model the searches start from (the cost_model stage's output), if any."""
+    the offline cost model the searches start from (the cost_model stage's output), if any; `checks`
+    (`grounding_settings`): the verify stage's protocol the searches verify with (and, with
+    `extensions`, the LEIR extensions their states may use; all by default: a trajectory that uses one
+    is released apart, flows.measured_configs), and the measure stage's rounds each program's
+    trajectories are timed with."""
     from leir.signature import Signature
     from search.cost_model import PriorModel
     from search.drivers import Budget, DriverConfig
+    from search.grounding import Grounding, ground
     from search.runner import Pools, SearchSettings, run_search
 
     prior = PriorModel.load(prior_path) if prior_path else None
-
+    checks = checks or {}
+    grounding = Grounding(**checks.get("grounding", {}))
+    extensions = tuple(checks["extensions"]) if "extensions" in checks else None
     config = DriverConfig(int(cfg["depth"]), int(cfg["branching"]), int(cfg["width"]), float(cfg["ucb_c"]),
                           int(cfg["iterations"]), int(cfg["widen"]), bool(cfg["time_macro_steps"]))
-    settings = SearchSettings(target=target, repeats=int(cfg["repeats"]), min_repeat_ms=int(cfg["min_repeat_ms"]))
+    settings = SearchSettings(target=target, repeats=int(cfg["repeats"]), min_repeat_ms=int(cfg["min_repeat_ms"]),
+                              draws=grounding.draws, verify_seed=grounding.seed, tolerances=grounding.tolerances)
     trajectories, steps, runs = [], {}, []
     with Pools() as pools:
         for p in programs:
             sig = Signature.from_json(p["signature"])
+            results = []
             for driver in cfg["drivers"]:
                 budget = Budget(int(cfg["budget"]), float(cfg["wall_s"]))
-                result = run_search(p["leir"], sig, driver, cfg["policy"], budget, int(cfg["seed"]), config=config,
-                                    settings=settings, pools=pools, as_result=True,
-                                    policy_options={"ranked": bool(cfg["cost_model"]), "prior": prior})
-                rows, row = trajectory_rows(result, p["program_id"], sig, pools.fingerprint())
+                results.append(run_search(p["leir"], sig, driver, cfg["policy"], budget, int(cfg["seed"]),
+                                          config=config, settings=settings, pools=pools, as_result=True,
+                                          policy_options={"ranked": bool(cfg["cost_model"]), "prior": prior},
+                                          extensions=extensions))
+            grounded = ground(p["leir"], p["signature"], [[n.text for n in r.trajectory] for r in results], grounding,
+                              pools)
+            for driver, result in zip(cfg["drivers"], results, strict=True):
+                rows, row = trajectory_rows(result, p["program_id"], sig, pools.fingerprint(), grounded)
                 trajectories.append(row)
                 steps.update((r["step_id"], r) for r in rows)
                 runs.append({"program_id": p["program_id"], "workload": p["workload"], "driver": driver,
                              "best_speedup": result.best.speedup, "strategies": result.strategies(),
                              "states_verified": result.states_verified, "wall_s": round(result.wall_s, 3),
-                             "root_us": result.best.root_us})
+                             "root_us": result.best.root_us, "grounded_speedup": row["best_speedup"]})
     return {"trajectories": trajectories, "steps": [steps[k] for k in sorted(steps)], "runs": runs}
 
 
-def trajectory_rows(result: SearchResult, program_id: str, signature: Signature,
-                    machine: dict | None = None) -> tuple[list[dict], dict]:
-    """The best trajectory as multi-step `steps` rows (parent_step_id, depth) and its `trajectories` row
-    (with each state's time and the root's, as measured in the search's sessions, and the machine)."""
+def grounding_settings(params: Params) -> dict:
+    """What the search stage checks its trajectories with (`search_programs`' `checks`)."""
+    from flows.measure import measure_params
+
+    m = measure_params(params)
+    timing = {"min_rounds": int(m["min_rounds"]), "max_rounds": int(m["max_rounds"]),
+              "target_spread": float(m["target_spread"]), "min_repeat_ms": int(m["min_repeat_ms"]),
+              "max_measure_s": float(m["max_measure_s"])}
+    v = params.verify
+    return {"grounding": {"draws": int(v["draws"]), "seed": params.seed, "tolerances": v["tolerance"],
+                          "target": v["target"], "timing": timing, "timeout_s": float(m["timeout_s"])}}
+
+
+def trajectory_rows(result: SearchResult, program_id: str, signature: Signature, machine: dict | None = None,
+                    grounded: dict | None = None) -> tuple[list[dict], dict]:
+    """The best trajectory as multi-step `steps` rows (parent_step_id, depth) and its `trajectories`
+    row: each state's verification against the original, its time and speedup over the root with an
+    interval and each step's effect, as the grounding after the search measured them (`grounded`,
+    `search.grounding.ground`); the search's own best speedup and states; the machine."""
+    from search.grounding import trajectory_figures
+
     steps, parent = [], None
     for depth, node in enumerate(result.trajectory):
         row = step_row(node.action.transformation, program_id, parent, depth, signature)
@@ -132,20 +163,25 @@ def trajectory_rows(result: SearchResult, program_id: str, signature: Signature,
         parent = row["step_id"]
     step_ids = [s["step_id"] for s in steps]
     trajectory_id = stable_id("trajectory", program_id, result.driver, result.policy, result.seed, step_ids)
-    speedups = [round(n.speedup, 6) if n.speedup is not None else None for n in result.trajectory]
     row = {"trajectory_id": trajectory_id, "program_id": program_id, "driver": result.driver,
            "policy": result.policy, "seed": result.seed, "steps": json.dumps(step_ids),
-           "speedups": json.dumps(speedups), "best_speedup": float(result.best.speedup),
-           "states_verified": result.states_verified, "wall_s": round(result.wall_s, 3),
-           "root_us": result.best.root_us if result.trajectory else result.root.root_us,
-           "times_us": json.dumps([n.state_us for n in result.trajectory]),
-           "machine": json.dumps(machine, sort_keys=True) if machine else None}
+           "search_speedup": float(result.best.speedup), "search_states": result.states_verified,
+           "wall_s": round(result.wall_s, 3), "machine": json.dumps(machine, sort_keys=True) if machine else None}
+    if grounded is not None:
+        row.update(trajectory_figures(result.root.text, [n.text for n in result.trajectory], grounded,
+                                      trajectory_id))
+    else:  # the search's own figures (a caller that does not ground)
+        row.update({"speedups": json.dumps([n.speedup for n in result.trajectory]),
+                    "times_us": json.dumps([n.state_us for n in result.trajectory]), "best_speedup":
+                    float(result.best.speedup), "root_us": result.best.root_us if result.trajectory else
+                    result.root.root_us})
     return steps, row
 
 
 @shard_task
-def search_task(key: str, programs: list[dict], cfg: dict, target: str, prior_path: str | None = None) -> dict:
-    return search_programs(programs, cfg, target, prior_path)
+def search_task(key: str, programs: list[dict], cfg: dict, target: str, prior_path: str | None = None,
+                checks: dict | None = None) -> dict:
+    return search_programs(programs, cfg, target, prior_path, checks)
 
 
 def prior_model_path(lake: Path) -> Path | None:
@@ -369,8 +405,9 @@ def search_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
     target = params.verify["target"]
     prior = prior_model_path(lake)
     prior_hash = hashlib.sha256(prior.read_bytes()).hexdigest() if prior else None
-    calls = [(f, search_task, (stage_key("search", params, lake, rows, cfg, prior_hash), rows, cfg, target,
-                               str(prior) if prior else None))
+    checks = grounding_settings(params)
+    calls = [(f, search_task, (stage_key("search", params, lake, rows, cfg, prior_hash, checks), rows, cfg, target,
+                               str(prior) if prior else None, checks))
              for f, rows in families.items()]
     results = run_tasks("search: drivers x programs", calls)
     n = write_table(lake, "trajectories", {f: r["trajectories"] for f, r in results.items()})

@@ -182,8 +182,10 @@ class Search:
 
     def __init__(self, program: Program, signature: Signature, policy: Policy, verify: VerifyFn,
                  measure: MeasureFn, *, target: str = "llvm", budget: Budget = Budget(), seed: int = 0,
-                 clock: Callable[[], float] = time.monotonic, time_macro_steps: bool = False):
+                 clock: Callable[[], float] = time.monotonic, time_macro_steps: bool = False,
+                 extensions: tuple[str, ...] | None = None):
         self.signature, self.policy, self.target = signature, policy, target
+        self.extensions = extensions
         self.time_macro_steps = time_macro_steps
         self._verify, self._measure = verify, measure
         self.budget, self.seed, self.clock = budget, seed, clock
@@ -214,7 +216,8 @@ class Search:
             return None
         proposals = self._proposals.get(node.id)
         if proposals is None:
-            ctx = Context(node.program, self.signature, self.target)
+            ctx = Context(node.program, self.signature, self.target,
+                          **({} if self.extensions is None else {"extensions": tuple(self.extensions)}))
             proposals = self._proposals[node.id] = iter(self.policy.actions(ctx, node, 0))
         while not self.out_of_budget():
             action = next(proposals, None)
@@ -495,11 +498,14 @@ DRIVER_FUNCS = {"chain": chain, "greedy": greedy, "beam": beam, "bfs": bfs, "dfs
 
 def run(program: Program, signature: Signature, driver: str, policy: Policy, verify: VerifyFn,
         measure: MeasureFn, *, budget: Budget = Budget(), seed: int = 0, config: DriverConfig = DriverConfig(),
-        target: str = "llvm", clock: Callable[[], float] = time.monotonic) -> SearchResult:
-    """One search from `program` with `driver` ("chain", "greedy", "beam", "bfs", "dfs", "mcts")."""
+        target: str = "llvm", clock: Callable[[], float] = time.monotonic,
+        extensions: tuple[str, ...] | None = None) -> SearchResult:
+    """One search from `program` with `driver` ("chain", "greedy", "beam", "bfs", "dfs", "mcts").
+    `extensions`: the LEIR extensions a state may use (None: all of them, as `steptp apply`; the
+    pipeline passes the profile's, so that its trajectories stay in the published format)."""
     if driver not in DRIVER_FUNCS:
         raise ValueError(f"unknown driver {driver!r}; drivers: {', '.join(DRIVERS)}")
     search = Search(program, signature, policy, verify, measure, target=target, budget=budget, seed=seed,
-                    clock=clock, time_macro_steps=config.time_macro_steps)
+                    clock=clock, time_macro_steps=config.time_macro_steps, extensions=extensions)
     DRIVER_FUNCS[driver](search, config)
     return search.result(driver)

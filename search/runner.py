@@ -96,8 +96,10 @@ class Pools:
 def run_search(program: Program | str, signature: Signature | Mapping | str, driver: str, policy: str = "library",
                budget: int | Budget = 16, seed: int = 0, *, config: DriverConfig | None = None,
                settings: SearchSettings | None = None, pools: Pools | None = None, wall_s: float = 600.0,
-               policy_options: dict | None = None, as_result: bool = False) -> dict | SearchResult:
-    """One search; the result as a dict (`SearchResult.to_json()`), or the `SearchResult`."""
+               policy_options: dict | None = None, as_result: bool = False,
+               extensions: tuple[str, ...] | None = None) -> dict | SearchResult:
+    """One search; the result as a dict (`SearchResult.to_json()`), or the `SearchResult`. `extensions`:
+    the LEIR extensions its states may use (None: all)."""
     signature = signature if isinstance(signature, Signature) else Signature.from_json(
         json.loads(signature) if isinstance(signature, str) else signature)
     program = program if isinstance(program, Program) else parse_program(program)
@@ -112,7 +114,7 @@ def run_search(program: Program | str, signature: Signature | Mapping | str, dri
             pools = stack.enter_context(Pools(timeout_s=settings.verify_timeout_s))
         verify, measure = tvm_callables(signature, settings, pools.verify, pools.timing)
         result = run(program, signature, driver, pol, verify, measure, budget=budget, seed=seed,
-                     config=config or DriverConfig(), target=settings.target)
+                     config=config or DriverConfig(), target=settings.target, extensions=extensions)
     if as_result:
         return result
     out = result.to_json()

@@ -1,0 +1,538 @@
+"""The release's configs made of measurements (issue 41) and what the card says of them: `measured`,
+`sft`, `preference`, `preference_chat` and the trajectories, from the `effects` of the machine that
+timed the release.
+
+- `measured`: one row per released step: its record (parent, depth, site, parameters, claim), its
+  verification, its before and after time, the speedup with its interval and class, and for an
+  `enabling` step the best chain through one of its verified follow-ups (`chain_*`) and whether it
+  is a dead end (`dead_end`: no follow-up that was timed pays, or none verified).
+- `sft`: what the clock says is worth teaching, in the chat form: every single-step sample whose
+  step is `faster`, every enabling step (not `slower` itself) whose chain is `faster`, and that chain
+  as a two-step sample in the published multi-answer format (`kind = 'chain'`).
+- `preference`: DPO pairs of two answers to one prompt: the chosen step `faster` than the unmodified
+  program, the rejected one's interval wholly below the chosen one's; `preference_chat` the same
+  pairs in TRL's conversational form (prompt, chosen, rejected as message lists).
+
+Deterministic for the same `effects` and deterministic tables: rows sorted, no set or dict order.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+
+from flows.measure import state_ids
+
+# What the SFT config keeps, by the answer's own effect or, for an enabling step, its chain's.
+SFT_KINDS = ("step", "chain")
+
+
+def released_effect_rows(released: list[dict], after_of: dict[str, str], effects: list[dict],
+                         follow_ups: list[dict], programs: dict[str, dict], status: dict[str, str],
+                         split: dict[str, str], machine_id: str | None, target: str) -> list[dict]:
+    """The `measured` rows (see the module docstring). `effects`: the measuring machine's rows,
+    `follow_ups`: the passing follow-ups of released steps, `status`: each step's verification."""
+    step_effect = {e["step_id"]: e for e in effects if e["kind"] == "step"}
+    chains: dict[str, list[tuple[dict, dict]]] = defaultdict(list)
+    chain_effect = {e["step_id"]: e for e in effects if e["kind"] == "chain"}
+    for f in sorted(follow_ups, key=lambda f: f["step_id"]):
+        chains[f["parent_step_id"]].append((f, chain_effect.get(f["step_id"])))
+    rows = []
+    for s in sorted(released, key=lambda r: r["step_id"]):
+        program = programs[s["program_id"]]
+        before, after = state_ids(s, after_of)
+        e = step_effect.get(s["step_id"]) or {}
+        row = {"step_id": s["step_id"], "program_id": s["program_id"], "parent_step_id": s["parent_step_id"],
+               "depth": s["depth"], "family": program["family"], "program_target": program.get("target") or target,
+               "split": split.get(s["step_id"]), "strategy": s["strategy"], "level": s["level"], "site": s["site"],
+               "params": s["params"], "claim": s.get("claim"), "enables": s.get("enables"),
+               "before_state_id": before, "after_state_id": after, "before_leir": s["before_leir"],
+               "after_leir": s["after_leir"], "verification": status.get(s["step_id"]), "exactness": s["exactness"],
+               **{k: e.get(k) for k in ("before_us", "after_us", "speedup", "speedup_low", "speedup_high", "effect",
+                                        "timing_unit", "paired", "rounds")},
+               "machine_id": machine_id if e.get("effect") else None}
+        row.update(_chain_columns(s, chains.get(s["step_id"], [])))
+        rows.append(row)
+    return rows
+
+
+def _chain_columns(step: dict, chains: list[tuple[dict, dict | None]]) -> dict:
+    """The best chain of an enabling step (a `faster` one first, then the highest speedup) and its
+    dead-end verdict; all None for a step that claims no enabling."""
+    out = dict.fromkeys(("chain_speedup", "chain_speedup_low", "chain_speedup_high", "chain_effect", "chain_step_id",
+                         "chain_strategy", "chain_after_leir", "dead_end"))
+    if step.get("claim") != "enabling":
+        return out
+    timed = [(f, e) for f, e in chains if e is not None and e.get("speedup") is not None]
+    if timed:
+        f, e = max(timed, key=lambda fe: (fe[1]["effect"] == "faster", fe[1]["speedup"], fe[0]["step_id"]))
+        out.update({"chain_speedup": e["speedup"], "chain_speedup_low": e["speedup_low"],
+                    "chain_speedup_high": e["speedup_high"], "chain_effect": e["effect"], "chain_step_id": f["step_id"],
+                    "chain_strategy": f["strategy"], "chain_after_leir": f["after_leir"]})
+    effects = [e["effect"] for _, e in timed]
+    if "faster" in effects:
+        out["dead_end"] = False
+    elif not chains or (effects and "unresolved" not in effects and len(timed) == len(chains)):
+        out["dead_end"] = True  # nothing it enables verified, or every follow-up was timed and none pays
+    return out
+
+
+def preference_pairs(samples: list[dict], effects: list[dict], per_prompt: int = 4) -> list[dict]:
+    """DPO pairs: two verified single-step answers to the same prompt, the chosen one `faster` than the
+    unmodified program and its speedup interval wholly above the rejected one's (both against the same
+    before-state). At most `per_prompt` pairs per prompt, the largest chosen/rejected speedup ratio
+    first; deterministic for the same effects."""
+    by_step = {e["step_id"]: e for e in effects}
+    by_prompt: dict[str, list[tuple[dict, dict]]] = {}
+    for s in samples:
+        ids = json.loads(s["step_ids"])
+        e = by_step.get(ids[0]) if len(ids) == 1 else None
+        if e is not None and e.get("speedup_low") is not None:
+            by_prompt.setdefault(s["prompt"], []).append((s, e))
+    pairs = []
+    for prompt in sorted(by_prompt):
+        answers = sorted(by_prompt[prompt], key=lambda se: se[0]["sample_id"])
+        found = [(fe["speedup"] / se["speedup"], fast, fe, slow, se) for fast, fe in answers if fe["effect"] == "faster"
+                 for slow, se in answers if slow is not fast and fe["speedup_low"] > se["speedup_high"]]
+        found.sort(key=lambda f: (-f[0], f[1]["sample_id"], f[3]["sample_id"]))
+        for ratio, fast, fe, slow, se in found[:per_prompt]:
+            pairs.append({"prompt": prompt, "chosen": fast["answer"], "rejected": slow["answer"],
+                          "split": fast["split"], "chosen_step_id": fe["step_id"], "rejected_step_id": se["step_id"],
+                          "chosen_strategy": fe["strategy"], "rejected_strategy": se["strategy"],
+                          "chosen_effect": fe["effect"], "rejected_effect": se["effect"],
+                          "chosen_speedup": fe["speedup"], "chosen_speedup_low": fe["speedup_low"],
+                          "rejected_speedup": se["speedup"], "rejected_speedup_high": se["speedup_high"],
+                          "chosen_us": fe["after_us"], "rejected_us": se["after_us"], "margin": ratio,
+                          "before_us": fe["before_us"]})
+    return pairs
+
+
+def preference_chat_rows(pairs: list[dict]) -> list[dict]:
+    """The pairs in TRL's conversational preference form: `prompt` a list with the user message,
+    `chosen` and `rejected` lists with the assistant message (the `chat` config's roles)."""
+    return [{"prompt": [{"role": "user", "content": p["prompt"]}],
+             "chosen": [{"role": "assistant", "content": p["chosen"]}],
+             "rejected": [{"role": "assistant", "content": p["rejected"]}],
+             "split": p["split"], "chosen_step_id": p["chosen_step_id"], "rejected_step_id": p["rejected_step_id"],
+             "margin": p["margin"]} for p in pairs]
+
+
+def sft_rows(samples: list[dict], measured: list[dict], chain_prompt, chain_answer) -> list[dict]:
+    """The `sft` rows (see the module docstring). `chain_prompt(step row)` gives a chain sample's
+    prompt, `chain_answer(step row, measured row)` its answer (the steps' CoTs and results)."""
+    by_step = {m["step_id"]: m for m in measured}
+    out = []
+    for s in sorted(samples, key=lambda s: s["sample_id"]):
+        ids = json.loads(s["step_ids"])
+        m = by_step.get(ids[0]) if len(ids) == 1 else None
+        if m is None:
+            continue
+        pays = m["chain_effect"] == "faster" and m["claim"] == "enabling"
+        if m["effect"] == "faster" or (pays and m["effect"] != "slower"):
+            out.append(_sft_row(s["sample_id"], s["split"], s["prompt"], s["answer"], "step", [m["step_id"]],
+                                [m["strategy"]], m, m["effect"], m["speedup"], m["speedup_low"], m["speedup_high"]))
+        if pays:  # the chain as a whole is faster, even where its first step alone is not
+            out.append(_sft_row(f"{s['sample_id']}-chain", s["split"], chain_prompt(m), chain_answer(m), "chain",
+                                [m["step_id"], m["chain_step_id"]], [m["strategy"], m["chain_strategy"]], m,
+                                m["chain_effect"], m["chain_speedup"], m["chain_speedup_low"],
+                                m["chain_speedup_high"]))
+    return sorted(out, key=lambda r: r["sample_id"])
+
+
+def _sft_row(sample_id: str, split: str, prompt: str, answer: str, kind: str, step_ids: list[str],
+             strategies: list[str], m: dict, effect: str, speedup, low, high) -> dict:
+    return {"messages": [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}],
+            "sample_id": sample_id, "split": split, "kind": kind, "step_ids": json.dumps(step_ids),
+            "strategies": json.dumps(strategies), "claim": m["claim"], "effect": effect, "speedup": speedup,
+            "speedup_low": low, "speedup_high": high, "step_effect": m["effect"], "chain_effect": m["chain_effect"]}
+
+
+# --- read from the lake: the measuring machine's effects, the chains' texts, the trajectories --------
+
+def measured_rows(lake, target: str):
+    """(the `measured` rows, the measuring machine's fingerprint or None, the timing summary of the
+    card, the chain samples' prompt and answer functions) of `lake`."""
+    from pathlib import Path
+
+    from flows.measure import measuring_machine, passing_follow_ups, timed_on
+    from flows.storage import read_table, released_step_rows
+
+    lake = Path(lake)
+    steps = read_table(lake, "steps").to_pylist()
+    after_of = {s["step_id"]: s["after_program_id"] for s in steps}
+    released = released_step_rows(lake)
+    programs = {p["program_id"]: p for p in read_table(lake, "programs").to_pylist()}
+    status = {v["step_id"]: v["status"] for v in read_table(lake, "verifications").to_pylist() if v["target"] == target}
+    split = _split_of_steps(read_table(lake, "samples").select(["split", "step_ids"]).to_pylist())
+    wanted = {x for s in released if timed_on(programs[s["program_id"]], target) for x in state_ids(s, after_of)}
+    timings = [r for r in read_table(lake, "timings").to_pylist() if r["target"] == target]
+    machine_id = measuring_machine(timings, wanted, target)
+    mine = [r for r in timings if r["machine_id"] == machine_id and r["status"] == "ok"]
+    effects = [e for e in read_table(lake, "effects").to_pylist() if e["machine_id"] == machine_id
+               and e["target"] == target]
+    follow_ups = passing_follow_ups(lake, released)
+    rows = released_effect_rows(released, after_of, effects, follow_ups, programs, status, split, machine_id, target)
+    machine = json.loads(mine[0]["machine"]) if mine else None
+    cot = {s["step_id"]: s["cot"] for s in released} | {f["step_id"]: f["cot"] for f in follow_ups}
+    return rows, machine, timing_summary(mine, rows), _chain_prompt(programs), _chain_answer(cot)
+
+
+def _split_of_steps(samples: list[dict]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for row in samples:
+        for step_id in json.loads(row["step_ids"]):
+            out.setdefault(step_id, row["split"])
+    return out
+
+
+def _chain_prompt(programs: dict[str, dict]):
+    from leir.parse import parse_program
+    from leir.signature import Signature
+    from strategies.cot import TASK_CHAIN, prompt
+
+    def chain_prompt(m: dict) -> str:
+        p = programs[m["program_id"]]
+        return prompt(parse_program(m["before_leir"]), Signature.from_json(p["signature"]), m["program_target"],
+                      TASK_CHAIN.format(k=2))
+
+    return chain_prompt
+
+
+def _chain_answer(cot: dict[str, str]):
+    from strategies.cot import combine_answers
+
+    def chain_answer(m: dict) -> str:
+        return combine_answers([cot[m["step_id"]], cot[m["chain_step_id"]]], label="Step")
+
+    return chain_answer
+
+
+def timing_summary(timings: list[dict], measured: list[dict]) -> dict:
+    """What the card says of how the release was timed: the protocol, the rounds, the units, the
+    effects, and how nest sums agree with whole-state times on the states timed both ways."""
+    import numpy as np
+
+    from gpu_tasks.effect import EFFECTS
+
+    if not timings:
+        return {}
+    rounds = [r["rounds"] for r in timings]
+    protocol = json.loads(timings[0].get("protocol") or "{}")
+    by_state: dict[str, dict[str, float]] = defaultdict(dict)
+    for r in timings:
+        by_state[r["state_id"]][r["unit"]] = r["time_us"]
+    both = sorted(s for s, u in by_state.items() if "nest" in u and "state" in u)
+    agreement = None
+    if len(both) >= 3:
+        nest = np.array([by_state[s]["nest"] for s in both])
+        whole = np.array([by_state[s]["state"] for s in both])
+        ratio = nest / whole
+        agreement = {"states": len(both), "spearman": _spearman(nest, whole), "median_ratio": float(np.median(ratio)),
+                     "p10_ratio": float(np.percentile(ratio, 10)), "p90_ratio": float(np.percentile(ratio, 90)),
+                     "within_10pct": float(np.mean(np.abs(np.log(ratio)) < np.log(1.1)))}
+    timed = [m for m in measured if m["effect"]]
+    return {"protocol": protocol, "states": len(by_state), "rows": len(timings), "rounds_min": min(rounds),
+            "rounds_median": float(np.median(rounds)), "rounds_max": max(rounds),
+            "at_max_rounds": sum(r == protocol.get("max_rounds") for r in rounds),
+            "units": {u: sum(r["unit"] == u for r in timings) for u in ("nest", "state")},
+            "steps_by_unit": {u: sum(m["timing_unit"] == u for m in timed) for u in ("nest", "state")},
+            "effects": {e: sum(m["effect"] == e for m in timed) for e in EFFECTS}, "agreement": agreement}
+
+
+def _spearman(a, b) -> float:
+    import numpy as np
+
+    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def release_trajectories(lake, split_of_family: dict[str, str]) -> tuple[list[dict], dict]:
+    """The search's best trajectories as multi-step records (root first): the states, and per step its
+    strategy, site, parameters and exactness; per state its verification against the original, time
+    and speedup over the root with an interval; each step's effect; the search's own figures and the
+    machine; `format` says whether every state is in the published LEIR format (`published`) or which
+    of the project's extensions it uses (`fast_exp`: released in a config of its own). Only
+    trajectories whose every state verified (`exact`, or `close` where a step of it reassociates) and
+    was timed are released; the second value counts the others by reason."""
+    from pathlib import Path
+
+    from flows.storage import read_table
+    from leir.analysis import extensions_used
+    from leir.parse import parse_program
+
+    lake = Path(lake)
+    programs = {p["program_id"]: p for p in read_table(lake, "programs").select(
+        ["program_id", "family", "workload", "leir", "dtype"]).to_pylist()}
+    steps = {s["step_id"]: s for s in read_table(lake, "trajectory_steps").to_pylist()}
+    out, left_out = [], defaultdict(int)
+    for t in sorted(read_table(lake, "trajectories").to_pylist(), key=lambda t: t["trajectory_id"]):
+        p = programs.get(t["program_id"])
+        if p is None:
+            continue
+        chain = [steps[i] for i in json.loads(t["steps"]) if i in steps]
+        verification = json.loads(t["verification"] or "[]")
+        times = json.loads(t["times_us"] or "[]")
+        reassociating = any(s["exactness"] == "reassociating" for s in chain)
+        ok = {"exact", "close"} if reassociating else {"exact"}
+        why = ("a state failed verification" if len(verification) != len(chain) or not set(verification) <= ok
+               else "a state was not timed" if t["root_us"] is None or None in times or len(times) != len(chain)
+               else None)
+        used = sorted({x for s in chain for x in extensions_used(parse_program(s["after_leir"]))})
+        if why is not None:
+            left_out[why] += 1
+            continue
+        machine = json.loads(t["machine"]) if t.get("machine") else {}
+        out.append({"trajectory_id": t["trajectory_id"], "program_id": t["program_id"], "family": p["family"],
+                    "workload": p["workload"], "dtype": p["dtype"], "split": split_of_family.get(p["family"], "train"),
+                    "driver": t["driver"], "policy": t["policy"], "seed": t["seed"],
+                    "states": [p["leir"], *(s["after_leir"] for s in chain)],
+                    "strategies": [s["strategy"] for s in chain], "sites": [s["site"] for s in chain],
+                    "params": [s["params"] for s in chain], "exactness": [s["exactness"] for s in chain],
+                    "verification": verification, "max_abs_err": json.loads(t["max_abs_err"] or "[]"),
+                    "times_us": [t["root_us"], *times], "speedups": [1.0, *json.loads(t["speedups"])],
+                    "speedups_low": [1.0, *json.loads(t["speedups_low"])],
+                    "speedups_high": [1.0, *json.loads(t["speedups_high"])],
+                    "step_effects": json.loads(t["step_effects"]), "best_speedup": t["best_speedup"],
+                    "steps": len(chain), "search_states": t["search_states"], "search_speedup": t["search_speedup"],
+                    "wall_s": t["wall_s"], "machine_id": machine.get("id"), "cpu": machine.get("cpu_model"),
+                    "format": "+".join(used) or "published"})
+    return out, dict(sorted(left_out.items()))
+
+
+# --- figures of the card: effects per strategy, claims against effects, chains ---------------------
+
+CONTRADICTION_SPEEDUP = 1.2  # a `none` claim contradicts a `faster` step measured at least this much faster
+
+
+def contradicts(row: dict) -> bool:
+    """Whether a measured step's claim contradicts its effect: `benefit` with `slower`, or `none` with
+    `faster` by CONTRADICTION_SPEEDUP or more (an `enabling` claim promises nothing of the step itself)."""
+    if row["claim"] == "benefit":
+        return row["effect"] == "slower"
+    return row["claim"] == "none" and row["effect"] == "faster" and (row["speedup"] or 0) >= CONTRADICTION_SPEEDUP
+
+
+def effect_shares(rows: list[dict]) -> dict[str, dict]:
+    """Per strategy: released steps, measured ones, each effect among those, the resolved ones and the
+    claim/effect contradictions among them."""
+    from gpu_tasks.effect import EFFECTS, RESOLVED
+
+    out: dict[str, dict] = {}
+    for r in rows:
+        e = out.setdefault(r["strategy"], {"level": r["level"], "released": 0, "measured": 0, "resolved": 0,
+                                           "contradictions": 0, **dict.fromkeys(EFFECTS, 0)})
+        e["released"] += 1
+        if r["effect"]:
+            e["measured"] += 1
+            e[r["effect"]] += 1
+            e["resolved"] += r["effect"] in RESOLVED
+            e["contradictions"] += r["effect"] in RESOLVED and contradicts(r)
+    return dict(sorted(out.items()))
+
+
+def chain_figures(rows: list[dict]) -> dict:
+    """The enabling steps: how many, how many have a timed chain, how many pay, are dead ends, or
+    unresolved."""
+    enabling = [r for r in rows if r["claim"] == "enabling" and r["effect"]]
+    return {"enabling": len(enabling), "with_chain": sum(r["chain_speedup"] is not None for r in enabling),
+            "chain_faster": sum(r["chain_effect"] == "faster" for r in enabling),
+            "dead_end": sum(r["dead_end"] is True for r in enabling),
+            "undecided": sum(r["dead_end"] is None for r in enabling)}
+
+
+# --- the card's sections on what was measured: configs and their use, protocol, effects, claims ------
+
+PURPOSES = (
+    ("default", "SFT or evaluation on every verified step: `prompt` and `answer` (the published "
+                "`<think>...</think><answer>...</answer>` format), one or k options per prompt; deterministic, the "
+                "same bytes on any machine, and blind to speed"),
+    ("chat", "the same samples as `messages` (user, assistant) for chat SFT tools; deterministic"),
+    ("measured", "analysis and process supervision: one row per released step with its record (parent, depth, "
+                 "site, parameters, claim), verification, times, speedup with its interval and class, and the "
+                 "best chain of an enabling step"),
+    ("sft", "SFT chosen by measurement: steps that measured `faster`, enabling steps whose chain measured "
+            "`faster` (and that are not `slower` themselves), and those chains as two-step samples, in the chat "
+            "form with their effect columns"),
+    ("preference", "DPO (TRL's standard form: `prompt`, `chosen`, `rejected` strings): the chosen step is "
+                   "`faster` than the unmodified program and its interval lies wholly above the rejected one's"),
+    ("preference_chat", "the same pairs in TRL's conversational form (message lists), matching `chat`"),
+    ("trajectories", "process supervision and search research: the search's best multi-step trajectories, "
+                     "every state verified against the original and timed, each step with its site and "
+                     "parameters so that it replays with `steptp apply`; the published LEIR format only"),
+    ("trajectories_fast_exp", "the trajectories that use this project's `fast_exp` extension (a vectorisable "
+                              "exponential), outside the published format: the same columns"),
+)
+
+
+def configs_section(sizes: dict[str, dict[str, int]]) -> str:
+    """What each config is for, with its rows per split (`sizes`: config -> split -> rows)."""
+    lines = ["## Configs: what each is for", "", "| config | train | test | for |", "| --- | --- | --- | --- |"]
+    for name, purpose in PURPOSES:
+        if name in sizes:
+            lines.append(f"| `{name}` | {sizes[name].get('train', 0)} | {sizes[name].get('test', 0)} | {purpose} |")
+    return "\n".join([*lines, ""])
+
+
+def measured_section(m) -> str:
+    """The card's account of speed (see the module docstring); `m` is `flows.release.Measured`."""
+    lines = ["## Measured effects", ""]
+    gpu = sum(1 for e in m.effects if e.get("program_target") == "cuda")
+    gpu_line = (f"{gpu} released steps belong to programs written for a GPU (CUDA): they were verified on the CPU "
+                "(LEIR's semantics do not depend on the target), and on CUDA where a GPU was present, but never "
+                "timed: their times and `effect` stay null in `measured`, and they are in no measured config.") \
+        if gpu else ""
+    if m.machine is None:
+        return "\n".join([*lines, "No state was timed: the configs made of measurements are empty.",
+                          *([gpu_line] if gpu_line else []), ""])
+    lines += [_protocol_paragraph(m), "", *([gpu_line, ""] if gpu_line else []), _agreement_paragraph(m.timing), "",
+              "Effects are measurements of this machine: another CPU may rank the same steps differently. The "
+              "`default` and `chat` configs never depend on them (two rebuilds give the same bytes on any machine); "
+              "`measured`, `sft`, `preference`, `preference_chat` and `trajectories` do.", ""]
+    lines += _effect_tables(m)
+    lines += _claims_paragraph(m.effects)
+    lines += _chains_paragraph(m.effects)
+    lines += _preference_paragraph(m)
+    lines += _trajectory_paragraph(m)
+    lines += _cost_model_paragraph(m)
+    return "\n".join(lines)
+
+
+def _protocol_paragraph(m) -> str:
+    t, machine = m.timing, m.machine
+    p = t.get("protocol", {})
+    margin = 100 * float(p.get("noise_margin", 0.05))
+    return (f"Every state the release's measured configs refer to (the originals, each released step's before and "
+            f"after state, and the after-state of each verified follow-up of an enabling step) was timed on one "
+            f"machine: **{machine.get('cpu_model')}**, {machine.get('tvm_threads')} TVM threads, TVM "
+            f"{machine.get('tvm_version')}, target `{machine.get('target')}` (fingerprint `{machine.get('id')}`). "
+            "One original program's states were measured in one session, interleaved (round r times every state "
+            "once, the order reversed every other round), each sample at least "
+            f"{p.get('min_repeat_ms', '?')} ms of back-to-back runs. Rounds: at least {p.get('min_rounds', '?')}, "
+            f"then more while a step's interval is undecided, at most {p.get('max_rounds', '?')}: every timed state "
+            f"has {t.get('rounds_min')} to {t.get('rounds_max')} rounds (median {t.get('rounds_median'):g}; "
+            f"{t.get('at_max_rounds', 0)} of {t.get('rows', 0)} rows reached the cap). **A step's effect comes from "
+            f"an interval**: the {100 * float(p.get('level', 0.95)):.0f}% bootstrap interval of its speedup over "
+            "the rounds (resampled by round where both states were timed in one session: the speedup is then the "
+            "median of the rounds' before/after). `faster` when the whole interval lies above "
+            f"1 + {margin:.0f}%, `slower` when it lies below 1 / (1 + {margin:.0f}%), `neutral` when it lies within "
+            "those bounds, `unresolved` otherwise (never `neutral` by default). **Per nest or whole**: a state's "
+            "time is the sum of its top-level nests' times (each nest compiled once for all the states of its "
+            "program and run on the values the nests before it computed); a step that changes the number of "
+            f"nests, or has a side under {p.get('whole_below_us', 5):g} µs per call, is compared on both states "
+            f"timed whole, as one function: {t.get('steps_by_unit', {}).get('state', 0)} of the timed steps, the "
+            f"other {t.get('steps_by_unit', {}).get('nest', 0)} on nest sums (`timing_unit` in `measured`).")
+
+
+def _agreement_paragraph(t: dict) -> str:
+    a = t.get("agreement")
+    if not a:
+        return "No state was timed both per nest and whole."
+    return (f"Per nest against whole, on the {a['states']} states timed both ways in the same sessions (a seeded "
+            f"sample, and the states of the steps compared whole): Spearman {a['spearman']:.3f} between the two "
+            f"times, nest sum / whole median {a['median_ratio']:.3f} (10th-90th percentile {a['p10_ratio']:.3f}-"
+            f"{a['p90_ratio']:.3f}), {100 * a['within_10pct']:.0f}% within 10%.")
+
+
+def _effect_tables(m) -> list[str]:
+    shares = effect_shares(m.effects)
+    by_level: dict[str, Counter] = {}
+    for e in shares.values():
+        agg = by_level.setdefault(e["level"], Counter())
+        for k in ("measured", "faster", "neutral", "slower", "unresolved"):
+            agg[k] += e[k]
+    measured = sum(1 for e in m.effects if e["effect"])
+    counts = m.timing.get("effects") or {}
+    lines = [f"{measured} of {len(m.effects)} released steps have a measured effect: "
+             + ", ".join(f"{n} {k}" for k, n in counts.items()) + ".", "",
+             "| level | timed steps | faster | neutral | slower | unresolved |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    lines += [f"| {lv} | {a['measured']} | {_pct(a['faster'], a['measured'])} | {_pct(a['neutral'], a['measured'])} | "
+              f"{_pct(a['slower'], a['measured'])} | {_pct(a['unresolved'], a['measured'])} |"
+              for lv, a in sorted(by_level.items())]
+    chosen = Counter(p["chosen_strategy"] for p in m.preference)
+    rejected = Counter(p["rejected_strategy"] for p in m.preference)
+    lines += ["", "| strategy | released | timed | faster | neutral | slower | unresolved | claim/effect "
+              "contradictions | preference pairs (chosen / rejected) |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines += [f"| {k} | {e['released']} | {e['measured']} | {e['faster']} | {e['neutral']} | {e['slower']} | "
+              f"{e['unresolved']} | {e['contradictions']} of {e['resolved']} | {chosen.get(k, 0)} / "
+              f"{rejected.get(k, 0)} |" for k, e in shares.items()]
+    return [*lines, ""]
+
+
+def _claims_paragraph(rows: list[dict]) -> list[str]:
+    shares = effect_shares(rows)
+    resolved = sum(e["resolved"] for e in shares.values())
+    bad = sum(e["contradictions"] for e in shares.values())
+    claims = Counter(r["claim"] for r in rows if r["effect"])
+    return [f"**Claims against effects.** Each chain of thought claims a `benefit` (a figure of the static "
+            f"analysis improves on the target), `enabling` (none improves by itself; it names the steps it makes "
+            f"legal next) or `none` (column `claim`; {claims.get('benefit', 0)}, {claims.get('enabling', 0)} and "
+            f"{claims.get('none', 0)} of the timed steps). A claim contradicts the clock when a `benefit` step "
+            f"measured `slower`, or a `none` step `faster` by 1.2x or more: {bad} of the {resolved} resolved timed "
+            f"steps ({_pct1(bad, resolved)}; per strategy in the table above). The chains of thought never cite "
+            "a timing: a model cannot measure at inference.", ""]
+
+
+def _chains_paragraph(rows: list[dict]) -> list[str]:
+    c = chain_figures(rows)
+    if not c["enabling"]:
+        return ["No timed step claims to enable another.", ""]
+    return [f"**Chains.** Of the {c['enabling']} timed enabling steps, {c['with_chain']} have a timed chain (the "
+            "step followed by one of the steps it names, made on its after-state, verified against the original "
+            "and timed in the same session; `chain_speedup` is the best such speedup over the step's before-state "
+            f"and `chain_step_id` the follow-up that achieved it): {c['chain_faster']} pay (`chain_effect` "
+            f"`faster`), {c['dead_end']} are dead ends (`dead_end`: no follow-up pays, every one resolved, or none "
+            f"verified), {c['undecided']} undecided. The two-step chains that pay are in `sft` as samples of the "
+            "published multi-answer format, each answer applied to the one before (`kind = 'chain'`).", ""]
+
+
+def _preference_paragraph(m) -> list[str]:
+    prompts = len({p["prompt"] for p in m.preference})
+    rejected = Counter(p["rejected_effect"] for p in m.preference)
+    return [f"`preference`: {len(m.preference)} pairs from {prompts} prompts (at most "
+            "`release.preference_pairs_per_prompt` per prompt, the largest speedup ratio first). Every chosen "
+            "answer is `faster` than the unmodified program and its speedup interval lies wholly above the "
+            "rejected answer's (both against the same before-state); rejected answers are "
+            + ", ".join(f"{n} {k}" for k, n in sorted(rejected.items())) + ". `preference_chat` holds the same "
+            "pairs in TRL's conversational form.", ""]
+
+
+def _trajectory_paragraph(m) -> list[str]:
+    left = m.trajectories_left_out
+    steps = sum(t["steps"] for t in m.trajectories)
+    published = sum(t["format"] == "published" for t in m.trajectories)
+    kept = (f"`trajectories`: {published} multi-step records of the search in the published LEIR format, "
+            f"`trajectories_fast_exp`: {len(m.trajectories) - published} that use the `fast_exp` extension "
+            f"({steps} steps in all). After the "
+            "search, every state was verified against the original on the verify stage's protocol (columns "
+            "`verification`, `max_abs_err`) and all states of one program's trajectories were timed whole in "
+            "one session on the protocol above (`times_us`, `speedups` over the root with `speedups_low` and "
+            "`speedups_high`, each step's `step_effects`); `search_speedup` is the search's own figure. Each step "
+            "has its strategy, `sites` and `params`: `steptp apply STRATEGY STATE --site SITE --params PARAMS` "
+            "replays it byte for byte.")
+    if left:
+        kept += " Not released: " + ", ".join(f"{n} trajectories ({why})" for why, n in left.items()) + "."
+    return [kept, ""]
+
+
+def _cost_model_paragraph(m) -> list[str]:
+    if m.cost_model is None:
+        return []
+    q = m.cost_model_quality or {}
+    return ["`cost_model.json`: the offline cost model (XGBoost over LEIR-tree features -> log2 µs on this machine, "
+            "`search.cost_model.PriorModel.load`), trained on every timed state; `steptp search` starts from it. On "
+            f"families it never saw (trained on the train split's families): Spearman {_num(q.get('spearman'))} "
+            f"between predicted and measured times over {q.get('test_states', 0)} held-out states, "
+            f"{_num(q.get('spearman_within_program'))} within one program (median over held-out programs).", ""]
+
+
+def _pct(n: int, total: int) -> str:
+    return f"{100 * n / total:.0f}%" if total else "-"
+
+
+def _pct1(n: int, total: int) -> str:
+    return f"{100 * n / total:.1f}%" if total else "-"
+
+
+def _num(x) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
