@@ -7,8 +7,9 @@ timed the release.
   `enabling` step the best chain through one of its verified follow-ups (`chain_*`) and whether it
   is a dead end (`dead_end`: no follow-up that was timed pays, or none verified).
 - `sft`: what the clock says is worth teaching, in the chat form: every single-step sample whose
-  step is `faster`, every enabling step (not `slower` itself) whose chain is `faster`, and that chain
-  as a two-step sample in the published multi-answer format (`kind = 'chain'`).
+  step is `faster` (unless it is a dead end), every enabling step (not `slower` itself) whose chain
+  is `faster`, and that chain as a two-step sample in the published multi-answer format
+  (`kind = 'chain'`).
 - `preference`: DPO pairs of two answers to one prompt: the chosen step `faster` than the unmodified
   program, the rejected one's interval wholly below the chosen one's; `preference_chat` the same
   pairs in TRL's conversational form (prompt, chosen, rejected as message lists).
@@ -127,7 +128,8 @@ def sft_rows(samples: list[dict], measured: list[dict], chain_prompt, chain_answ
         if m is None:
             continue
         pays = m["chain_effect"] == "faster" and m["claim"] == "enabling"
-        if m["effect"] == "faster" or (pays and m["effect"] != "slower"):
+        # a dead end is never taught: its chain of thought justifies it by follow-ups that do not pay
+        if m["dead_end"] is not True and (m["effect"] == "faster" or (pays and m["effect"] != "slower")):
             out.append(_sft_row(s["sample_id"], s["split"], s["prompt"], s["answer"], "step", [m["step_id"]],
                                 [m["strategy"]], m, m["effect"], m["speedup"], m["speedup_low"], m["speedup_high"]))
         if pays:  # the chain as a whole is faster, even where its first step alone is not

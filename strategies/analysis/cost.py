@@ -249,16 +249,34 @@ def estimated_cycles(program: Program, nests: range, target: str = "llvm", e: Es
     return total
 
 
-def _weighted_work(expr, e: Estimate) -> float:
-    work = 0.0
-    for n in _value_nodes(expr):
+def _weighted_work(expr, e: Estimate, var: str) -> tuple[float, float, int]:
+    """(work per execution, work per entry of the innermost loop `var`, transcendental calls per
+    execution): a call or a division whose operands do not change along `var` is computed once
+    before the loop (the compiler hoists it)."""
+    per, hoisted, calls = 0.0, 0.0, 0
+    stack = [expr]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, Access):
+            continue
+        weight = 1.0
         if isinstance(n, Call):
-            work += 1.0 if n.fn not in TRANSCENDENTAL or n.fn == "fast_exp" else e.call
+            weight = 1.0 if n.fn not in TRANSCENDENTAL or n.fn == "fast_exp" else e.call
         elif isinstance(n, BinOp):
-            work += e.division if n.op in ("/", "%", "//") else 1.0
-        elif isinstance(n, Neg | Select | Compare):
-            work += 1.0
-    return work
+            weight = e.division if n.op in ("/", "%", "//") else 1.0
+        elif not isinstance(n, Neg | Select | Compare):
+            weight = 0.0
+        if weight > 1.0 and not _depends_on(n, var):
+            hoisted += weight
+            continue  # the whole subtree is computed before the loop
+        per += weight
+        calls += isinstance(n, Call) and weight > 1.0
+        stack.extend(children(n))
+    return per, hoisted, calls
+
+
+def _depends_on(expr, var: str) -> bool:
+    return any(isinstance(n, Var) and n.name == var for n in walk_expr(expr))
 
 
 def _lanes(site, inner, chain: bool, contiguous: bool, calls: int, e: Estimate) -> int:
@@ -285,13 +303,13 @@ def _statement_cycles(site, shapes, written_here: set[str], target: str, e: Esti
                                                                                    *accesses(site.stmt.rhs)])}
     along = {a: None if st is None else abs(st.get(inner.var, 0)) for a, st in strides.items()}
     chain = (inner.var in cost.reduction or carries_scan(site.stmt, inner.var)) and not inner.kind == "V"
-    calls = sum(1 for n in _value_nodes(site.stmt.rhs) if isinstance(n, Call) and n.fn in TRANSCENDENTAL
-                and n.fn != "fast_exp")
+    work, hoisted, calls = _weighted_work(site.stmt.rhs, e, inner.var)
     lanes = _lanes(site, inner, chain, all(v is not None and v <= 1 for v in along.values()), calls, e)
-    per = (_weighted_work(site.stmt.rhs, e) + 1.0) / (lanes * e.issue)
+    per = (work + 1.0) / (lanes * e.issue)
     if chain and lanes == 1:
         per = max(per, e.latency)
-    cycles = cost.executions * per + (0.0 if inner.kind == "U" else cost.executions / inner.extent * e.loop_entry)
+    entry = hoisted + (0.0 if inner.kind == "U" else e.loop_entry)
+    cycles = cost.executions * per + cost.executions / inner.extent * entry
     reuse = {r.tensor: r.distance for r in cost.reuse}
     for acc, step in along.items():
         if step == 0:

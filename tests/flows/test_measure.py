@@ -153,14 +153,17 @@ def sample(sample_id, prompt, step_ids, split="train"):
 def test_sft_holds_faster_steps_enabling_steps_whose_chain_pays_and_those_chains_never_a_slower_step():
     released = [step(k, "p1", "o", f"a{k}", f"q{k}", claim=c) for k, c in
                 (("fast", "benefit"), ("slow", "benefit"), ("en", "enabling"), ("en_slow", "enabling"),
-                 ("dead", "enabling"), ("flat", "none"))]
-    follow = [{**step(f"f-{p}", "p1", "a", "b", f"r{p}", parent=p), "status": "exact"} for p in ("en", "en_slow", "dead")]
+                 ("dead", "enabling"), ("flat", "none"), ("dead_fast", "enabling"))]
+    follow = [{**step(f"f-{p}", "p1", "a", "b", f"r{p}", parent=p), "status": "exact"}
+              for p in ("en", "en_slow", "dead", "dead_fast")]
     effects = [effect_row("fast", "faster", 2.0, 1.8, 2.2), effect_row("slow", "slower", 0.5, 0.4, 0.6),
                effect_row("en", "neutral", 1.0, 0.98, 1.02), effect_row("en_slow", "slower", 0.8, 0.7, 0.9),
                effect_row("dead", "neutral", 1.0, 0.99, 1.01), effect_row("flat", "neutral", 1.0, 0.99, 1.01),
                effect_row("f-en", "faster", 3.0, 2.5, 3.5, kind="chain", parent="en"),
                effect_row("f-en_slow", "faster", 1.5, 1.3, 1.7, kind="chain", parent="en_slow"),
-               effect_row("f-dead", "neutral", 1.0, 0.99, 1.01, kind="chain", parent="dead")]
+               effect_row("f-dead", "neutral", 1.0, 0.99, 1.01, kind="chain", parent="dead"),
+               effect_row("dead_fast", "faster", 1.5, 1.4, 1.6),  # faster alone, yet justified by a dead end
+               effect_row("f-dead_fast", "slower", 0.5, 0.4, 0.6, kind="chain", parent="dead_fast")]
     rows = list(measured(released, effects, follow).values())
     samples = [sample(f"x-{s['step_id']}", "P", [s["step_id"]]) for s in released]
     out = sft_rows(samples, rows, lambda m: f"chain prompt {m['step_id']}", lambda m: f"chain answer {m['step_id']}")
