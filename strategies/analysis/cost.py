@@ -215,7 +215,7 @@ class Estimate:
     """The nominal CPU the estimate weighs figures for (cycles; bytes). Only ratios of two estimates of
     one program are ever read, so the weights matter relative to each other; they were chosen among
     plausible values by how often the claims they give agree with the default build's measured
-    effects (README, "Claims against effects")."""
+    effects (README, "Decisions by measurement")."""
 
     vector_bytes: int = 32        # 256-bit vectors
     call: float = 20.0            # a transcendental call (exp, log, erf, sqrt; `fast_exp` vectorises: 1)
