@@ -402,9 +402,10 @@ def _protocol_paragraph(m) -> str:
     t, machine = m.timing, m.machine
     p = t.get("protocol", {})
     margin = 100 * float(p.get("noise_margin", 0.05))
-    return (f"Every state the release's measured configs refer to (the originals, each released step's before and "
-            f"after state, and the after-state of each verified follow-up of an enabling step) was timed on one "
-            f"machine: **{machine.get('cpu_model')}**, {machine.get('tvm_threads')} TVM threads, TVM "
+    return (f"Every state of a program written for the CPU that the release refers to (the originals, each "
+            f"released step's before and after state, and the after-state of each verified follow-up of an enabling "
+            f"step) was timed on one machine: **{machine.get('cpu_model')}**, {machine.get('tvm_threads')} TVM "
+            "threads, TVM "
             f"{machine.get('tvm_version')}, target `{machine.get('target')}` (fingerprint `{machine.get('id')}`). "
             "One original program's states were measured in one session, interleaved (round r times every state "
             "once, the order reversed every other round), each sample at least "
