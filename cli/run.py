@@ -73,9 +73,10 @@ def register(app: typer.Typer) -> None:
                                                       "--runner dask and no --address).")] = 2,
             stop_after: Annotated[str, typer.Option(help="Last stage to run.")] = "release",
             lake: LakeOpt = Path("lake"), reports: ReportsOpt = Path("reports")):
-        """Run the whole chain (generate → transform → verify → filter → tokens → search → report →
-        validate → release) as one Prefect flow. Finished shard tasks are cached: a killed run resumes
-        where it stopped."""
+        """Run the whole chain (generate → transform → verify → filter → follow_ups → tokens → measure →
+        cost_model → search → report → validate → release) as one Prefect flow. Finished shard tasks
+        are cached, keyed by their inputs and the code of their stage: a killed run resumes where it
+        stopped, and a stage whose code changed is redone."""
         if stop_after not in STAGE_NAMES:
             fail(f"--stop-after must be one of {', '.join(STAGE_NAMES)}")
         params = _params(profile)
