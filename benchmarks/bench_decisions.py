@@ -55,6 +55,9 @@ def main() -> None:
     [(pays, dead)] = q(con, "SELECT count(*) FILTER (WHERE chain_effect = 'faster'), count(*) FILTER (WHERE dead_end) "
                             "FROM measured WHERE claim = 'enabling' AND effect IS NOT NULL")
     print(f"  chains that pay {pays}, dead ends {dead}")
+    [(all_en, all_chained)] = q(con, "SELECT count(*), count(chain_speedup) FROM measured WHERE claim = 'enabling'")
+    print(f"  every enabling step, untimed (GPU-target) ones included: {all_chained} of {all_en} "
+          f"({100 * all_chained / max(all_en, 1):.1f}%)")
     [(n_sft, slower, kinds)] = q(con, "SELECT count(*), count(*) FILTER (WHERE effect = 'slower' OR step_effect = "
                                       "'slower' AND kind = 'step'), string_agg(DISTINCT kind, ',') FROM sft")
     [(dead_sft,)] = q(con, "SELECT count(*) FROM sft s JOIN measured m ON m.step_id = json_extract_string(s.step_ids, "
@@ -75,12 +78,14 @@ def main() -> None:
                                         "chosen_speedup_low > 1.05) FROM preference")
     print(f"preference: {pairs} pairs from {prompts} prompts (release goals 1,000 and 200: ratios "
           f"{pairs / 1000:.2f}, {prompts / 200:.2f}); chosen faster than the program beyond its interval: {faster}")
-    traj = q(con, "SELECT count(*), sum(steps), count(*) FILTER (WHERE list_has_any(verification, ['mismatch', "
-                  "'invalid', 'build_error', 'runtime_error', 'timeout', 'crash'])), count(*) FILTER (WHERE "
-                  "list_has_any(times_us, [NULL])) FROM trajectories")
+    traj = q(con, "SELECT count(*), sum(steps), sum(len(states)), count(*) FILTER (WHERE list_filter(verification, "
+                  "lambda v: v NOT IN ('exact', 'close')) <> []), count(*) FILTER (WHERE list_filter(times_us, "
+                  "lambda t: t IS NULL) <> []), count(*) FILTER (WHERE list_filter(params, lambda x: x LIKE "
+                  "'%\"exp\"%') <> [] OR format <> 'published') FROM trajectories")
     if traj and traj[0][0]:
-        n, steps, unverified, untimed = traj[0]
-        print(f"trajectories: {n} ({steps} steps), states failing verification in {unverified}, untimed in {untimed}")
+        n, steps, states, unverified, untimed, extension = traj[0]
+        print(f"trajectories: {n} ({steps} steps, {states} states); with a state not verified exact or close: "
+              f"{unverified}, with an untimed state: {untimed}, using fast_exp: {extension} (goal: none of each)")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     import datasets
     import yaml
