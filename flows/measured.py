@@ -468,8 +468,9 @@ def _claims_paragraph(rows: list[dict]) -> list[str]:
     bad = sum(e["contradictions"] for e in shares.values())
     claims = Counter(r["claim"] for r in rows if r["effect"])
     return [f"**Claims against effects.** Each chain of thought claims a `benefit` (a figure of the static "
-            f"analysis improves on the target), `enabling` (none improves by itself; it names the steps it makes "
-            f"legal next) or `none` (column `claim`; {claims.get('benefit', 0)}, {claims.get('enabling', 0)} and "
+            f"analysis improves on the target and a static estimate of the cycles where the step acts is "
+            f"at least 1.1x lower), `enabling` (nothing pays by itself; it names the steps it makes legal "
+            f"next) or `none` (column `claim`; {claims.get('benefit', 0)}, {claims.get('enabling', 0)} and "
             f"{claims.get('none', 0)} of the timed steps). A claim contradicts the clock when a `benefit` step "
             f"measured `slower`, or a `none` step `faster` by 1.2x or more: {bad} of the {resolved} resolved timed "
             f"steps ({_pct1(bad, resolved)}; per strategy in the table above). The chains of thought never cite "
