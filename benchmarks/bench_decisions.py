@@ -1,4 +1,5 @@
-"""Issue 41's done-when, read off a release as a researcher would, with DuckDB and Hugging Face `datasets`:
+"""Whether the measurements decide what a release teaches, read off it as a researcher would, with
+DuckDB and Hugging Face `datasets`:
 
     python benchmarks/bench_decisions.py RELEASE_DIR [--lake LAKE]
 

@@ -17,7 +17,7 @@ from strategies.registry import ALL_NAMES, LEVEL_OF
 
 STATUSES = ["exact", "close", "mismatch", "build_error", "runtime_error", "timeout", "crash", "invalid"]
 SAMPLE_COLUMNS = ["sample_id", "split", "prompt", "answer", "step_ids", "strategies", "prompt_tokens",
-                  "answer_tokens", "structural_overlap"]  # issues 25, 41: overlap with the other split
+                  "answer_tokens", "structural_overlap"]  # overlap with the other split
 STEP_COLUMNS = ["step_id", "program_id", "strategy", "level", "before_leir", "after_leir", "exactness", "status",
                 "family", "unit_loop_scheduled"]
 
@@ -77,7 +77,7 @@ def derive_frames(samples: pd.DataFrame, steps: pd.DataFrame, producible: list[s
             parses.append(False)
             matches.append(False)
     checked = samples.assign(answer_parses=parses, ir_matches_step=matches, family=families)
-    if "before_leir" in steps:  # issue 24: no step schedules a loop of one iteration
+    if "before_leir" in steps:  # no step schedules a loop of one iteration
         steps = steps.assign(unit_loop_scheduled=[adds_unit_scheduled_loop(b, a) for b, a in
                                                   zip(steps["before_leir"], steps["after_leir"], strict=True)])
     splits = (checked.dropna(subset=["family"]).groupby("family")["split"].nunique().rename("n_splits")
@@ -116,7 +116,7 @@ def _suites(params) -> dict[str, list]:
             E.ExpectColumnValuesToBeInSet(column="level", value_set=sorted(set(LEVEL_OF.values()))),
             E.ExpectColumnValuesToBeInSet(column="exactness", value_set=["exact", "reassociating"]),
             E.ExpectColumnValuesToBeInSet(column="status", value_set=["exact", "close"]),  # every step verified
-            # issue 24: parallelising, vectorising, unrolling or binding a loop of extent 1 cannot help
+            # parallelising, vectorising, unrolling or binding a loop of extent 1 cannot help
             E.ExpectColumnValuesToBeInSet(column="unit_loop_scheduled", value_set=[False]),
         ],
         "family_splits": [E.ExpectColumnValuesToBeBetween(column="n_splits", min_value=1, max_value=1)],

@@ -1,4 +1,4 @@
-"""The cost_model stage (issue 24): the offline cost model, learned from every state the build timed.
+"""The cost_model stage: the offline cost model, learned from every state the build timed.
 
 `search.cost_model.PriorModel` (XGBoost, LEIR-tree features -> log2 µs) is trained on the `timings`
 rows of the machine that measured the release, and saved to `lake/cost_model/model.json` (a DVC

@@ -50,7 +50,7 @@ class Counter:
         return out
 
 
-# The split's goals (issue 25): the test split covers every strategy it can, with at least
+# The split's goals: the test split covers every strategy it can, with at least
 # MIN_TEST_SAMPLES test samples of each strategy that has LARGE_STRATEGY samples or more, and holds about
 # `filter.test_fraction` of the samples (within SHARE_SLACK of it, relative). A strategy found in two or
 # more families keeps at least TRAIN_KEEPS of its samples (and one) in train; one found in a single
@@ -329,7 +329,7 @@ def assemble_samples(kept: pa.Table, programs: pa.Table, params, count_tokens=No
         split_of = split_families(family_strategy_counts(kept, programs), seed, float(f["test_fraction"]))
     prompts: dict[tuple[str, str], str] = {}
 
-    def target_of(row) -> str:  # the program's target, whatever the strategy (issue 25)
+    def target_of(row) -> str:  # the program's target, whatever the strategy
         return targets[row["program_id"]]
 
     def prompt_for(row, task=None):

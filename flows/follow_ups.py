@@ -1,4 +1,4 @@
-"""The follow_ups stage (issue 41): the steps an enabling step says it makes legal, made and verified.
+"""The follow_ups stage: the steps an enabling step says it makes legal, made and verified.
 
 A released step whose chain of thought claims no benefit of its own but names the steps it makes
 legal next (`claim = 'enabling'`, the strategies in `enables`) is justified by what comes after it.

@@ -1,4 +1,4 @@
-"""The measure stage (issues 24, 41): every program state the release refers to, timed once per
+"""The measure stage: every program state the release refers to, timed once per
 machine, and the effect of every released step from an interval.
 
 The states are the originals of the released steps, the before and after state of every released
@@ -85,7 +85,7 @@ def state_groups(programs: list[dict], steps: list[dict], released: list[dict], 
     """The groups of states to time, one per original program, in family order. `steps` is the whole
     steps table (a released step's before-state may be the result of an unreleased compute_inline
     step), `released` the released steps' rows, `follow_ups` the passing follow-ups of released
-    steps. With `target`, only the programs written for it (issue 25: a GPU program's states are
+    steps. With `target`, only the programs written for it (a GPU program's states are
     never timed on the CPU)."""
     after_of = {s["step_id"]: s["after_program_id"] for s in steps}
     by_program = {p["program_id"]: p for p in programs}
@@ -319,7 +319,7 @@ def measuring_machine(timings: list[dict], wanted: set[str], target: str) -> str
     return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
 
 
-# --- comparisons of two timed states (issue 41): the unit, the pairing, the interval ---------------
+# --- comparisons of two timed states: the unit, the pairing, the interval ---------------
 # A comparison of a before-state and an after-state (`TimingIndex.compare`) picks the timing unit the
 # protocol asks for: the states' whole-state times (`unit = 'state'`) where the comparison changes the
 # number of top-level nests or either side runs under the protocol's `whole_below_us` per call, their

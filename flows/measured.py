@@ -1,4 +1,4 @@
-"""The release's configs made of measurements (issue 41) and what the card says of them: `measured`,
+"""The release's configs made of measurements and what the card says of them: `measured`,
 `sft`, `preference`, `preference_chat` and the trajectories, from the `effects` of the machine that
 timed the release.
 

@@ -47,7 +47,7 @@ class ReleaseError(Exception):
 
 F64, I64, STR, BOOL = pa.float64(), pa.int64(), pa.string(), pa.bool_()
 MESSAGES = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
-# The configs made of measurements (issues 24, 41): never read by the deterministic ones.
+# The configs made of measurements: never read by the deterministic ones.
 MEASURED_SCHEMAS = {
     "measured": pa.schema([
         ("step_id", STR), ("program_id", STR), ("parent_step_id", STR), ("depth", I64), ("family", STR), ("split", STR),

@@ -6,7 +6,7 @@
 - splits.json: samples and families per split, the strategies the test split covers, its structural
   overlap with the train split (flows.filtering); summary.json: the headline numbers;
 - cot_templates.json: per strategy, the released CoTs and their distinct templates once numbers and
-  names are abstracted (`template`), and the median over strategies (issue 25).
+  names are abstracted (`template`), and the median over strategies.
 - prompt_lines.json: per prompt line kind, how far one line lifts a strategy above its base rate
   (`line_leakage`, issue 25).
 """
@@ -83,7 +83,7 @@ def build_reports(programs: pa.Table, steps: pa.Table, verifications: pa.Table, 
     return summary
 
 
-# --- CoT templates: how varied the released reasoning is (issue 25) -------------------------------------
+# --- CoT templates: how varied the released reasoning is -------------------------------------
 
 def cot_templates(samples: pa.Table) -> dict:
     """Distinct CoT templates per strategy over the released samples (each option of a multi-answer
@@ -166,7 +166,7 @@ def template_counts(rows: list[tuple[str, str]]) -> dict[str, dict[str, int]]:
     return {s: {"cots": cots[s], "templates": len(seen[s])} for s in sorted(seen)}
 
 
-# --- the split: what the test split covers and how much of it the train split has seen (issue 25) ----
+# --- the split: what the test split covers and how much of it the train split has seen ----
 
 def nest_overlap(steps: pa.Table, splits: dict[str, str]) -> dict:
     """Nest by nest: of the loop nests of the test split's distinct states (the released test steps'
@@ -215,7 +215,7 @@ def split_figures(samples: pa.Table, splits: dict[str, str], steps: pa.Table | N
     }
 
 
-# --- shapes: what the programs' tensors look like (issue 12) -----------------------------------------
+# --- shapes: what the programs' tensors look like -----------------------------------------
 
 def program_shapes(programs: pa.Table) -> list[dict]:
     """Per program: family, dtype, shape source and the extents of its known tensors."""
@@ -317,7 +317,7 @@ def _plot_outcomes(verification: dict, path: Path) -> None:
     plt.close(fig)
 
 
-# --- what a prompt line says about the label (issue 25) ---------------------------------------------------
+# --- what a prompt line says about the label ---------------------------------------------------
 
 PROMPT_LINE_KINDS = ("target", "known tensors", "instruction")
 KNOWN_TENSORS = "The known tensors are "

@@ -1,4 +1,4 @@
-"""The search stage (issue 8): the library policy's searches on a configured subset of the programs,
+"""The search stage: the library policy's searches on a configured subset of the programs,
 the `trajectories` table, the best trajectories as multi-step step records, and
 reports/search.{json,png} with PyTorch eager and MetaSchedule reference times side by side.
 

@@ -31,8 +31,8 @@ def _schema(*fields: tuple[str, pa.DataType]) -> pa.Schema:
 
 S, I64, F64, B = pa.string(), pa.int64(), pa.float64(), pa.bool_()
 
-# A step's columns (the `steps` table, and the search's `trajectory_steps` in the same schema). Issue 41:
-# `claim`, what its chain of thought claims (strategies.cot.CLAIMS: benefit, enabling, none), and
+# A step's columns (the `steps` table, and the search's `trajectory_steps` in the same schema).
+# `claim` is what its chain of thought claims (strategies.cot.CLAIMS: benefit, enabling, none), and
 # `enables`, the strategies an `enabling` step makes legal next (JSON list).
 STEP_FIELDS = (
     ("step_id", S), ("program_id", S), ("parent_step_id", S), ("depth", I64), ("strategy", S), ("level", S),
@@ -44,20 +44,20 @@ TABLES: dict[str, TableSpec] = {t.name: t for t in (
         ("program_id", S), ("workload", S), ("level", S), ("family", S), ("shape_params", S), ("dtype", S),
         ("signature", S), ("leir", S), ("n_nests", I64), ("source", S), ("seed", I64),
         ("verification_status", S), ("max_abs_err", F64),
-        # issue 12: where the shapes came from (workloads.shapes: model-dims, odd-extents, tiny-ranges)
+        # where the shapes came from (workloads.shapes: model-dims, odd-extents, tiny-ranges)
         # and the instance's work units (the shape model's budget measure)
         ("shape_source", S), ("work", I64),
-        # issue 18: the share of the dtype's tolerance that rounding alone moves the original's
+        # the share of the dtype's tolerance that rounding alone moves the original's
         # outputs by, against its float64 reference (strategies.analysis.numerics.ROUNDING_SHARE_LIMIT)
         ("rounding_share", F64),
-        # issue 25: the target the program is written for (`llvm` or `cuda`, seeded by its identity, the
+        # the target the program is written for (`llvm` or `cuda`, seeded by its identity, the
         # profile's `gpu_share`): its steps are made, and its prompts asked, for that target only
         ("target", S))),
     TableSpec("steps", ("step_id",), _schema(*STEP_FIELDS)),
     TableSpec("verifications", ("step_id", "target"), _schema(
         ("step_id", S), ("target", S), ("status", S), ("max_abs_err", F64), ("max_rel_err", F64),
         ("rel_l2_err", F64), ("draws", I64), ("bitwise_equal", B), ("error_message", S), ("tvm_version", S))),
-    # issue 24/41: one row per program state, target, machine and unit (a measurement, not deterministic
+    # one row per program state, target, machine and unit (a measurement, not deterministic
     # data): the samples of one session (`session_id`: one original program's states, interleaved
     # rounds), their median and relative interquartile range, on the timing protocol of `protocol`
     # (JSON: rounds, spread target, sample length, the whole-state rule). `unit`: `nest` (the sum of the
@@ -69,7 +69,7 @@ TABLES: dict[str, TableSpec] = {t.name: t for t in (
         ("status", S), ("time_us", F64), ("spread", F64), ("rounds", I64), ("samples_us", pa.list_(F64)),
         ("min_repeat_ms", I64), ("machine", S), ("run_id", S), ("error", S), ("unit", S), ("session_id", S),
         ("protocol", S), ("n_nests", I64))),
-    # issue 41: each released step's effect on one machine (`kind = 'step'`), and each passing follow-up's
+    # each released step's effect on one machine (`kind = 'step'`), and each passing follow-up's
     # chain effect (`kind = 'chain'`: the enabling step's before-state against the follow-up's after-state):
     # the speedup before/after with its bootstrap interval and class (gpu_tasks.effect), the unit compared
     TableSpec("effects", ("step_id", "target", "machine_id"), _schema(
@@ -80,33 +80,33 @@ TABLES: dict[str, TableSpec] = {t.name: t for t in (
     TableSpec("samples", ("sample_id",), _schema(
         ("sample_id", S), ("split", S), ("prompt", S), ("answer", S), ("step_ids", S), ("strategies", S),
         ("prompt_tokens", I64), ("answer_tokens", I64),
-        # issue 25: a test sample whose before-state's loop nests all have a twin (names and sizes
-        # abstracted, leir.canon.structure_hashes) in the train split's states; issue 41: a train sample
+        # a test sample whose before-state's loop nests all have a twin (names and sizes
+        # abstracted, leir.canon.structure_hashes) in the train split's states; a train sample
         # whose before-state's nests all have a twin in the test split's states
         ("structural_overlap", B))),
-    # issue 25: the split of each family (the unit of the split), chosen by the filter stage for coverage
+    # the split of each family (the unit of the split), chosen by the filter stage for coverage
     # (flows.filtering.split_families); every stage that holds families out reads it (`family_splits`)
     TableSpec("splits", ("family",), _schema(
         ("family", S), ("split", S), ("kept_steps", I64), ("strategies", S))),
     TableSpec("tokens", ("program_id",), _schema(
         ("program_id", S), ("family", S), ("leir_tokens", I64), ("tir_tokens", I64), ("tir_gpu_tokens", I64),
         ("cuda_tokens", I64), ("tokenizer", S),
-        # issue 7: what the state is, the CUDA kernels without TVM's fixed preamble, the LEIR tree's
+        # what the state is, the CUDA kernels without TVM's fixed preamble, the LEIR tree's
         # sizes (they explain the ratios), and why a text is missing (null counts)
         ("kind", S), ("workload", S), ("strategy", S), ("cuda_kernel_tokens", I64), ("n_nests", I64),
         ("n_loops", I64), ("n_stmts", I64), ("n_accesses", I64), ("error", S),
-        # issue 13: the TensorIR (block) form for the CPU, the baseline of the published reduction
+        # the TensorIR (block) form for the CPU, the baseline of the published reduction
         ("tensorir_tokens", I64),
-        # issue 26: the program's dtype (the report compares mixed-precision programs apart)
+        # the program's dtype (the report compares mixed-precision programs apart)
         ("dtype", S))),
-    # issue 41: the steps an enabling released step makes legal (parent_step_id: that step), made on its
+    # the steps an enabling released step makes legal (parent_step_id: that step), made on its
     # after-state and verified against the original program (flows.follow_ups)
     TableSpec("follow_ups", ("step_id",), _schema(
         *STEP_FIELDS, ("status", S), ("max_abs_err", F64), ("max_rel_err", F64), ("error_message", S))),
-    # issue 8: the steps of the best search trajectories (multi-step records: parent_step_id, depth),
+    # the steps of the best search trajectories (multi-step records: parent_step_id, depth),
     # kept apart from `steps`, which the transform stage owns and rewrites as a whole
     TableSpec("trajectory_steps", ("step_id",), _schema(*STEP_FIELDS)),
-    # issue 8: best trajectories of the search stage (steps: JSON list of step ids, root first). Issue 41:
+    # best trajectories of the search stage (steps: JSON list of step ids, root first). Each is
     # grounded after the search (search.grounding): per state (JSON lists, root excluded) its verification
     # against the original and max_abs_err, its time and speedup over the root with an interval, each
     # step's effect; the search's own best speedup and the states it verified; the machine
@@ -351,7 +351,7 @@ def release_inputs(lake: Path, params=None):
 
 
 def _target(params) -> str:
-    """The verify stage's target: a GPU program's step may also have a CUDA row (issue 25)."""
+    """The verify stage's target: a GPU program's step may also have a CUDA row."""
     return params.verify["target"] if params is not None else "llvm"
 
 

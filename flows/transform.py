@@ -34,7 +34,7 @@ PASSING = ("exact", "close")
 
 def program_context(p: dict, params, leir: str | None = None):
     """The context the pipeline enumerates a program's states in (`leir`: a later state of it; the
-    original by default): the program's own target (issue 25: GPU-only strategies are offered on GPU
+    original by default): the program's own target (GPU-only strategies are offered on GPU
     programs only, CPU-only ones on CPU programs only), its measured rounding, the profile's LEIR
     extensions and parallel-work bound."""
     from leir.parse import parse_program

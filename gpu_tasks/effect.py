@@ -1,4 +1,4 @@
-"""A step's measured effect from its two states' samples (issue 41): an interval, never a threshold
+"""A step's measured effect from its two states' samples: an interval, never a threshold
 on the spread. Pure arithmetic (numpy), no TVM: the timing workers, the release and the reports use it.
 
 When both states were timed in one session (the same rounds, interleaved: `paired`), the speedup of

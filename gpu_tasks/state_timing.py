@@ -1,4 +1,4 @@
-"""Timing of program states in groups (issue 24): every state of one original, measured once.
+"""Timing of program states in groups: every state of one original, measured once.
 
 The data lake times each distinct program state its release refers to (the originals, and the
 before and after state of every released step) once per machine; a step's effect is then the ratio

@@ -2,7 +2,7 @@
 until every comparison the caller asked for is decided (`gpu_tasks.state_timing` times whole states,
 `gpu_tasks.nest_timing` their nests; both report through these).
 
-The stopping rule (issue 41): after `min_rounds`, a state goes on while a comparison it is part of
+The stopping rule: after `min_rounds`, a state goes on while a comparison it is part of
 (`pairs`: a step's before and after state) has an interval that is still `unresolved`
 (`gpu_tasks.effect`) and wider than TIGHT (an interval that narrow straddles a bound of the noise
 margin: the effect lies at the bound, and more rounds would not move it off); a state in no

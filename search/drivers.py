@@ -1,4 +1,4 @@
-"""Multi-step search over program states (issue 8): chain, greedy, beam, BFS, DFS and MCTS drivers.
+"""Multi-step search over program states: chain, greedy, beam, BFS, DFS and MCTS drivers.
 
 A *state* is a program reached from the root by a sequence of actions (strategy, site, params), each
 proposed by a policy (`search.policies`). Every new state is verified against the ROOT

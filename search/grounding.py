@@ -1,4 +1,4 @@
-"""Trajectories grounded like steps (issue 41): every state of a search's best trajectories verified
+"""Trajectories grounded like steps: every state of a search's best trajectories verified
 against the original on the verify stage's protocol and timed on the measure stage's, after the search.
 
 The search itself verifies and times what it explores, with its own budget; a trajectory it returns

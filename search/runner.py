@@ -1,4 +1,4 @@
-"""Search with TVM behind it (issue 8): the verify/measure callables of `search.drivers`, one
+"""Search with TVM behind it: the verify/measure callables of `search.drivers`, one
 `run_search` entry point (the search stage, `flows.search`, turns results into lake rows).
 
 - verify: `gpu_tasks.verify.verify_pair(root, state)` in a worker pool (crash and hang isolation);

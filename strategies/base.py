@@ -39,7 +39,7 @@ def refuse(reason: str | None) -> None:
 
 
 def refuse_unhelpful(ctx: Context, reason: str | None) -> None:
-    """Refuse a legal step that cannot help (issue 24: a loop of one iteration made parallel, a copy
+    """Refuse a legal step that cannot help (a loop of one iteration made parallel, a copy
     read once, partial results in global memory inside serial loops), unless the context asks for
     every legal step (`useful_only=False`: the evaluation recognises a model's step as the strategy
     it names whether or not it helps)."""
@@ -217,7 +217,7 @@ class Transformation:
 
 
 def dtype_changed(ctx: Context, program: Program) -> list[str]:
-    """Tensors of the context's program whose dtype `program` changes (issue 26: no step silently
+    """Tensors of the context's program whose dtype `program` changes (no step silently
     changes an accumulator's dtype, so a float32 accumulator of a float16 program stays float32)."""
     after = tensor_table(program, ctx.signature)
     return [name for name, info in ctx.tensors.items() if name in after and after[name].dtype != info.dtype]
@@ -228,7 +228,7 @@ class Strategy:
     level: ClassVar[str]
     exactness: ClassVar[str]
     description: ClassVar[str]
-    # The targets on which the strategy is offered (issue 25: the target belongs to the program, never
+    # The targets on which the strategy is offered (the target belongs to the program, never
     # to the strategy). Thread binding (B) only means something on a GPU; parallel (P) and vector (V)
     # loops only on the CPU (the CUDA lowering runs them serially inside a kernel). On any other
     # target the strategy has no transformation.

@@ -1,7 +1,7 @@
 """Chain of thought and prompts, rendered from the transformation record and a static analysis of
 the LEIR tree (never from a text diff, never from timings).
 
-The think block reasons before it acts (issue 25):
+The think block reasons before it acts:
 (1) `Now:` what the program costs where the step acts, on the stated target: executions, operations,
     bytes loaded and stored per execution, parallel extent, vector width, the innermost loop's
     dependence chain and access strides, which tensor is reused across which loops
@@ -111,7 +111,7 @@ class Assessment:
 
 
 # A step claims a benefit when a figure improves and the weighed estimate drops by at least this much:
-# below it the figures' gains and losses cancel, and the clock, not the reasoning, decides (issue 41).
+# below it the figures' gains and losses cancel, and the clock, not the reasoning, decides.
 BENEFIT_WEIGHED = 1.1
 
 
@@ -214,7 +214,7 @@ def _legal_at(strategy, ctx: Context, nests: range) -> bool:
 
 # --- rendering -------------------------------------------------------------------------------------
 
-# What a chain of thought claims for its step (issue 41), derived from the record it is rendered from:
+# What a chain of thought claims for its step, derived from the record it is rendered from:
 # `benefit` (a figure improves on the target), `enabling` (no figure improves by itself, and the step
 # makes named steps legal next at the nests it changed), `none` (neither).
 CLAIMS = ("benefit", "enabling", "none")

@@ -1,4 +1,4 @@
-"""The layout rules of shared/DESIGN.md, checked on the source with `ast` (issue 16).
+"""The layout rules of shared/DESIGN.md, checked on the source with `ast`.
 
 - a folder is one sub-system: no folder holds three or more modules whose names share a prefix word
   (`frontend_`, `lower_`, `cli_`, ...): those want a package;
@@ -6,13 +6,13 @@
 - dependencies point one way: cli -> flows, evaluation, search -> strategies, gpu_tasks, workloads ->
   leir; only `gpu_tasks` and `leir.lower` import TVM; only `flows`, `cli` and `expectations` import
   the orchestration and table libraries;
-- `flows` stays the pipeline and the lake: at most 22 modules (one per stage, 12 since issue 41's
+- `flows` stays the pipeline and the lake: at most 22 modules (one per stage, 12 with
   follow_ups, the lake's storage and the helpers the stages share);
 - `strategies` is a protocol (base, registry, catalog, cot, survey), the analyses the rules share
   (`strategies.analysis`) and the rules by level (`strategies.rules.<level>`): a rule module imports
   analyses and the protocol, never another rule module; no analysis imports a rule module; only the
   catalog imports the rule modules (all of them); no function or method of a rule module is longer
-  than 50 lines (issue 23).
+  than 50 lines.
 """
 from __future__ import annotations
 
@@ -170,7 +170,7 @@ def test_tests_mirror_the_packages():
         assert pkg in tests, f"tests/{pkg}/ has no tests"
 
 
-# --- strategies: protocol, analyses, rules (issue 23) ---------------------------------------------------
+# --- strategies: protocol, analyses, rules ---------------------------------------------------
 
 RULES = sorted(n for n, p in MODULES.items() if n.startswith("strategies.rules.") and p.stem != "__init__")
 ANALYSES = sorted(n for n, p in MODULES.items() if n.startswith("strategies.analysis.") and p.stem != "__init__")

@@ -1,4 +1,4 @@
-"""What a program costs where a step acts, read from the LEIR tree alone (issue 25: the chain of
+"""What a program costs where a step acts, read from the LEIR tree alone (the chain of
 thought reasons from these figures; never from timings).
 
 For the statements of a range of top-level nests (`figures`):
@@ -22,7 +22,7 @@ Shapes are the bounding box of every access (reads included), so no signature is
 
 The figures say what changes; they do not say which change wins where a step trades one figure for
 another (a reorder that takes the reduction out of the innermost loop and makes its accesses
-strided). `estimated_cycles` weighs them (issue 41): a static, deliberately coarse estimate of the
+strided). `estimated_cycles` weighs them: a static, deliberately coarse estimate of the
 cycles the statements of some nests take on a nominal CPU (ESTIMATE: 256-bit vectors, two cores),
 from the work per execution (a transcendental call and a division weigh more than an add), the
 vector lanes the innermost loop runs in (a `V` loop, or a plain innermost loop that the compiler

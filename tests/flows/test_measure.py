@@ -1,5 +1,5 @@
-"""Which states the measure stage times and compares, and what the release derives from their samples
-(issues 24, 41): effects from intervals, the unit a comparison is made in, chains of enabling steps,
+"""Which states the measure stage times and compares, and what the release derives from their samples:
+effects from intervals, the unit a comparison is made in, chains of enabling steps,
 the `sft` selection and preference pairs."""
 from __future__ import annotations
 

@@ -64,7 +64,7 @@ def test_every_stage_produces_its_tables_and_the_release(tiny_lake):
 
 
 def test_every_prompt_names_its_programs_target(tiny_lake):
-    """Issue 25: one program of the tiny profile is written for the GPU, one for the CPU; every prompt
+    """one program of the tiny profile is written for the GPU, one for the CPU; every prompt
     about a program's states names that program's target, binding appears only on the GPU program and
     P or V loops only on the CPU one; the GPU program's steps are verified on the CPU (no GPU here)."""
     from flows.reports import prompt_lines
@@ -92,7 +92,7 @@ def test_every_prompt_names_its_programs_target(tiny_lake):
         lines = prompt_lines(sample["prompt"])
         lines_of.setdefault(program, set()).add((lines["target"], lines["known tensors"]))
     # the target and known-tensors lines are the program's: one per program, whatever the strategy, so
-    # they say nothing about the label that the program does not (issue 25)
+    # they say nothing about the label that the program does not
     assert len(lines_of) == 2 and all(len(lines) == 1 for lines in lines_of.values())
     verifications = read_table(lake, "verifications").to_pylist()
     assert {v["target"] for v in verifications} == {"llvm"} and len(verifications) == len(steps)
@@ -121,7 +121,7 @@ def test_search_stage_links_trajectories_to_their_steps_and_grounds_every_state(
         for depth, (step_id, parent) in enumerate(zip(ids, [None, *ids], strict=False)):  # depth 0: on the root
             assert steps[step_id]["parent_step_id"] == parent and steps[step_id]["depth"] == depth
             assert steps[step_id]["program_id"] == t["program_id"]
-        # issue 41: every state verified against the original and timed after the search, in one session
+        # every state verified against the original and timed after the search, in one session
         assert all(v in ("exact", "close") for v in json.loads(t["verification"])) and t["root_us"] > 0
         lows, highs = json.loads(t["speedups_low"]), json.loads(t["speedups_high"])
         for sp, lo, hi in zip(speedups, lows, highs, strict=True):
@@ -165,7 +165,7 @@ def test_every_released_trajectory_replays_with_steptp_apply_byte_for_byte(tiny_
             assert line["after"] == t["states"][k + 1]
 
 
-# --- the released CoTs (issue 25): no claim the step does not bring on the prompt's target ------------
+# --- the released CoTs: no claim the step does not bring on the prompt's target ------------
 
 PARALLEL_CLAIMS = ("run in parallel", "runs in parallel", "separate cores", "at once")
 MEMORY_CLAIMS = ("fast memory", "on chip", "on-chip", "shared by a block")
@@ -319,7 +319,7 @@ def test_measure_stage_times_every_released_state_once_with_five_rounds_at_least
     rows = read_table(lake, "timings").to_pylist()
     nest = [r for r in rows if r["unit"] == "nest"]
     assert {r["state_id"] for r in nest} == wanted and len(nest) == len(wanted) == measured["states"]
-    assert on_gpu and not on_gpu & wanted  # a GPU program's states are never timed on the CPU (issue 25)
+    assert on_gpu and not on_gpu & wanted  # a GPU program's states are never timed on the CPU
     cfg = measure_params(load_params(profile="tiny"))
     for r in rows:
         assert r["status"] == "ok" and r["time_us"] > 0 and r["rounds"] == len(r["samples_us"]) >= 5
@@ -419,7 +419,7 @@ def test_standard_clients_load_every_config_and_record_set_of_a_fresh_release(ti
     unpaired = trl.unpair_preference_dataset(preference)  # needs prompt / chosen / rejected
     assert unpaired.num_rows == 2 * preference.num_rows and set(unpaired["label"]) == {True, False}
     assert trl.maybe_extract_prompt(preference[0])["prompt"] == preference[0]["prompt"]
-    conversational = loaded["preference_chat"]["train"]  # issue 41: the form that matches `chat`
+    conversational = loaded["preference_chat"]["train"]  # the form that matches `chat`
     assert trl.is_conversational(conversational[0]) and trl.is_conversational(loaded["sft"]["train"][0])
     assert trl.unpair_preference_dataset(conversational).num_rows == 2 * conversational.num_rows
 

@@ -41,7 +41,7 @@ def test_release_files_and_croissant(tmp_path, inputs):
     assert card.startswith("---\nlicense: apache-2.0\n") and "num_examples" in card and "MAJOR" in card
     meta = json.loads((out / "croissant.json").read_text())
     assert meta["datePublished"] == "2026-12-01"  # release.date of params.yaml, not the clock
-    # issue 41: a creator, no placeholder url, BibTeX, and the Responsible-AI fields mlcroissant validates
+    # a creator, no placeholder url, BibTeX, and the Responsible-AI fields mlcroissant validates
     assert meta["creator"]["name"] and "url" not in meta and meta["citeAs"].startswith("@misc{")
     for field in ("dataCollection", "dataLimitations", "dataBiases", "personalSensitiveInformation", "dataUseCases"):
         assert meta[f"rai:{field}"], field

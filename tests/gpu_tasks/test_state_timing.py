@@ -1,4 +1,4 @@
-"""Timing program states in groups (issue 24): interleaved rounds, repeats that follow the spread,
+"""Timing program states in groups: interleaved rounds, repeats that follow the spread,
 failures kept per state, and the rule that labels a step faster, neutral or slower."""
 from __future__ import annotations
 

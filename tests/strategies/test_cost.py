@@ -57,7 +57,7 @@ def test_operation_counts_and_element_bytes():
     assert [element_bytes(c) for c in ("f64", "f32", "bf16", "i8", "bool")] == [8, 4, 2, 1, 1]
 
 
-# --- the weighed estimate (issue 41): what the claims of the chains of thought rest on ---------------
+# --- the weighed estimate: what the claims of the chains of thought rest on ---------------
 
 def cycles(text: str) -> float:
     program = parse_program(text)

@@ -2,7 +2,7 @@
 (the site), the parameters chosen, and the legality facts that were checked, for this program. One
 case per strategy, on a small program where it applies; the first transformation's think text is
 checked line by line for the site, the parameters and the facts named here. The reasoning before the
-step (issue 25): what the program costs now, the other legal steps of the state, why this one, and
+step: what the program costs now, the other legal steps of the state, why this one, and
 the figures it changes, never a claim the target does not bear out."""
 from __future__ import annotations
 
@@ -266,7 +266,7 @@ def test_each_cot_weighs_the_other_legal_steps_of_its_state():
     assert "loop_binding" not in options  # a GPU-only move is no option on a CPU program
     weighed = next(line for line in lines if line.startswith("By the figures: "))
     assert "loop_reorder takes the dependent-update chain out of the innermost loop" in weighed
-    # 192 multiply-adds: starting the cores costs more than they share (issue 41: the figures are weighed)
+    # 192 multiply-adds: starting the cores costs more than they share (the figures are weighed)
     why = lines[lines.index(weighed) + 1]
     assert why.startswith("Why loop_parallelization: on the CPU it raises the parallel extent; weighed, the "
                           "estimated cycles where it acts rise ") and why.endswith("so by itself it does not pay; it "
