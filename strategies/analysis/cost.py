@@ -37,7 +37,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from leir.analysis import access_strides, element_bytes, is_update, lhs_vars, statement_sites, tensor_boxes
+from leir.analysis import (access_strides, element_bytes, is_update, lhs_vars, partial_strides, statement_sites,
+                           tensor_boxes)
 from leir.ast import Access, BinOp, Call, Compare, Loop, Neg, Program, Select, Var, accesses, children, walk_expr
 
 TRANSCENDENTAL = ("exp", "log", "erf", "sqrt", "fast_exp")
@@ -223,14 +224,16 @@ class Estimate:
     latency: float = 2.0          # one update of a dependence the innermost loop carries, beyond its work
     issue: float = 1.0            # independent operations a core completes per cycle
     loop_entry: float = 4.0       # entering an innermost loop (its set-up, the branch out of it)
+    unrolled_extent: int = 4      # innermost loops this short are unrolled entirely: no entry of their own
     l1: float = 0.25              # a cache line from L1 (at most l1_bytes of data or reuse distance)
     l2: float = 2.0               # from L2 (at most l2_bytes)
     memory: float = 8.0           # from memory
     l1_bytes: int = 32 * 1024
+    l1_ways: int = 8
     l2_bytes: int = 1024 * 1024
     line_bytes: int = 64
     cores: int = 2
-    parallel_start: float = 4000.0  # starting and joining a parallel loop once
+    parallel_start: float = 12000.0  # starting and joining a parallel loop once (a few µs on a small VM)
 
 
 ESTIMATE = Estimate()
@@ -282,7 +285,7 @@ def _depends_on(expr, var: str) -> bool:
 def _lanes(site, inner, chain: bool, contiguous: bool, calls: int, e: Estimate) -> int:
     lanes = max(1, e.vector_bytes // element_bytes(site.stmt.lhs.dtype))
     if inner.kind == "V":
-        width = min(inner.extent, lanes) if not calls else 1   # a call in a vector loop runs lane by lane
+        width = min(inner.extent, lanes)
         return width if contiguous else max(1, width // 2)       # gathers and scatters
     if inner.kind == "L" and not chain and not calls and contiguous and inner.extent >= lanes:
         return lanes                                             # the compiler vectorises it by itself
@@ -299,17 +302,20 @@ def _statement_cycles(site, shapes, written_here: set[str], target: str, e: Esti
         return 1.0
     # the innermost loop that is a loop: the lowering drops loops of one iteration
     inner = next((lp for lp in reversed(site.loops) if lp.extent > 1), site.loops[-1])
-    strides = {a: access_strides(shapes.get(a.tensor), a) for a in dict.fromkeys([site.stmt.lhs,
+    strides = {a: _known_strides(shapes.get(a.tensor), a) for a in dict.fromkeys([site.stmt.lhs,
                                                                                    *accesses(site.stmt.rhs)])}
-    along = {a: None if st is None else abs(st.get(inner.var, 0)) for a, st in strides.items()}
+    along = {a: None if st is None or st.get(inner.var, 0) is None else abs(st.get(inner.var, 0))
+             for a, st in strides.items()}
     chain = (inner.var in cost.reduction or carries_scan(site.stmt, inner.var)) and not inner.kind == "V"
     work, hoisted, calls = _weighted_work(site.stmt.rhs, e, inner.var)
     lanes = _lanes(site, inner, chain, all(v is not None and v <= 1 for v in along.values()), calls, e)
-    per = (work + 1.0) / (lanes * e.issue)
+    serial = calls * e.call  # a call runs lane by lane in a vector loop; the rest of the work in its lanes
+    per = (serial + (work - serial + 1.0) / lanes) / e.issue
     if chain and lanes == 1:
         per = max(per, e.latency)
-    entry = hoisted + (0.0 if inner.kind == "U" else e.loop_entry)
-    cycles = cost.executions * per + cost.executions / inner.extent * entry
+    entry = 0.0 if inner.kind == "U" else e.loop_entry
+    cycles = (cost.executions * per + cost.executions / inner.extent * hoisted
+              + cost.executions / _entered_every(site.loops, e) * entry)
     reuse = {r.tensor: r.distance for r in cost.reuse}
     for acc, step in along.items():
         if step == 0:
@@ -322,9 +328,62 @@ def _statement_cycles(site, shapes, written_here: set[str], target: str, e: Esti
         if acc.tensor in written_here and acc != site.stmt.lhs:
             level = e.l1  # written by a statement before it in the same nest: still in cache
         lines = 1.0 if step is None or step * nbytes >= e.line_bytes else step * nbytes / e.line_bytes
+        uses = _line_uses(site, inner, strides[acc], nbytes, e) if lines == 1.0 and step else 1
+        if uses > 1:  # the innermost loop's lines stay in L1 for the next iterations of the loop around it
+            cycles += cost.executions * (e.l1 + level / uses)
+            continue
         cycles += cost.executions * lines * level
     if cost.parallel > 1 and target == "llvm":
         first = next(i for i, lp in enumerate(site.loops) if lp.kind == "P")
         starts = math.prod(lp.extent for lp in site.loops[:first])
         cycles = cycles / min(cost.parallel, e.cores) + starts * e.parallel_start
     return cycles
+
+
+def _entered_every(loops: tuple[Loop, ...], e: Estimate) -> int:
+    """Executions per entry of a loop: the compiler unrolls innermost loops of at most
+    `e.unrolled_extent` iterations entirely, so the loop entered is the first one around them."""
+    n = 1
+    for lp in reversed(loops):
+        n *= lp.extent
+        if lp.extent > e.unrolled_extent:
+            break
+    return max(n, 1)
+
+
+def _known_strides(shape, acc: Access) -> dict[str, int | None] | None:
+    """The element strides of `acc` per loop variable, None for a variable that only appears in a
+    subscript that is not affine (a packed layout's `a//4`, `a%4`: unknown along `a`, but the access
+    still walks its affine subscripts with known strides); None for an unknown shape."""
+    found = partial_strides(shape, acc)
+    if found is None:
+        return None
+    known, opaque = found
+    return {**known, **dict.fromkeys(sorted(opaque))}
+
+
+def _line_uses(site, inner: Loop, strides: dict | None, nbytes: int, e: Estimate) -> float:
+    """For an access strided by a line or more along the innermost loop `inner`: how many iterations of
+    the loop around `inner` use each line it brings in, when the lines `inner` touches fit in L1 (a
+    reorder that puts a short loop innermost over a strided access pays a line once per line, not once
+    per element, as long as the loop around it walks along the line). 1: no such reuse."""
+    loops = [lp for lp in site.loops if lp.extent > 1]
+    k = next((i for i, lp in enumerate(loops) if lp is inner), 0)
+    if strides is None or not k or inner.extent > _l1_lines(abs(strides.get(inner.var, 0)) * nbytes, e):
+        return 1
+    outer = loops[k - 1]
+    if strides.get(outer.var, 0) is None:
+        return 1
+    along = abs(strides.get(outer.var, 0)) * nbytes
+    if along >= e.line_bytes:
+        return 1
+    return outer.extent if along == 0 else min(outer.extent, e.line_bytes / along)
+
+
+def _l1_lines(stride: int, e: Estimate) -> int:
+    """How many lines `stride` bytes apart L1 holds at once: a stride of a power-of-two number of lines
+    maps them to a few of its sets (1 KB apart: 4 of 64 sets, 32 lines of a 32 KB cache), and the
+    loop around evicts them before it reads them again (packing such a tensor pays)."""
+    sets = e.l1_bytes // (e.line_bytes * e.l1_ways)
+    used = sets // math.gcd(stride // e.line_bytes, sets) if stride % e.line_bytes == 0 else sets
+    return used * e.l1_ways

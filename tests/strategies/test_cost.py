@@ -93,3 +93,41 @@ def test_a_parallel_loop_pays_on_large_work_and_not_when_started_per_row():
     outer = "P^{512}_{a=0}L^{512}_{c=0}[C^{f32,g}_{a,c}=exp(A^{f32,g}_{a,c});];"
     inner = "L^{512}_{a=0}P^{512}_{c=0}[C^{f32,g}_{a,c}=exp(A^{f32,g}_{a,c});];"
     assert cycles(outer) < 0.6 * cycles(serial) < cycles(inner)
+
+
+def test_a_strided_access_reuses_its_lines_when_the_loop_around_walks_along_them():
+    # H[a] += (A[a,c,d] - G[a])**2 with a innermost (32 iterations): A is strided by 56*56 elements along
+    # a, but the d loop around it reads the same 32 lines again, 16 floats each: one line per 16 updates
+    norm = "L^{32}_{a=0}L^{56}_{c=0}L^{56}_{d=0}[H^{f32,g}_{a}=H^{f32,g}_{a}+(A^{f32,g}_{a,c,d}-G^{f32,g}_{a})*2;];"
+    inner_a = "L^{56}_{c=0}L^{56}_{d=0}L^{32}_{a=0}[H^{f32,g}_{a}=H^{f32,g}_{a}+(A^{f32,g}_{a,c,d}-G^{f32,g}_{a})*2;];"
+    assert cycles(inner_a) < 1.2 * cycles(norm)
+    # the same with the c loop around it: each line is used once, a new line per update
+    inner_a_c = "L^{56}_{d=0}L^{56}_{c=0}L^{32}_{a=0}[H^{f32,g}_{a}=H^{f32,g}_{a}+(A^{f32,g}_{a,c,d}-G^{f32,g}_{a})*2;];"
+    assert cycles(inner_a_c) > 1.3 * cycles(inner_a)
+
+
+def test_power_of_two_strides_share_a_few_l1_sets_and_packing_them_pays():
+    # D[c,a] is 1 KB apart along c: 384 such lines map to 4 of L1's 64 sets (32 lines), so the a loop
+    # around finds none of them again; packed as E[a//4, c, a%4] the c loop walks 16 bytes at a time
+    mm = "B^{16}_{tx=0}L^{256}_{a=0}L^{384}_{c=0}[E^{f32,g}_{tx,a}=E^{f32,g}_{tx,a}+C^{f32,g}_{tx,c}*D^{f32,g}_{c,a};];"
+    packed = ("L^{64}_{d=0}L^{384}_{f=0}L^{4}_{g=0}[F^{f32,g}_{d,f,g}=D^{f32,g}_{f,d*4+g};];"
+              "B^{16}_{tx=0}L^{256}_{a=0}L^{384}_{c=0}[E^{f32,g}_{tx,a}=E^{f32,g}_{tx,a}+"
+              "C^{f32,g}_{tx,c}*F^{f32,g}_{a//4,c,a%4};];")
+    assert cycles(packed) < cycles(mm) / 1.1
+    # the same product with 385 columns: the lines spread over every set and stay in L1
+    odd = mm.replace("L^{256}_{a=0}", "L^{257}_{a=0}")
+    assert cycles(odd) < 0.75 * cycles(mm) * 257 / 256
+
+
+def test_short_innermost_loops_are_unrolled_and_cost_no_entry_of_their_own():
+    pool = "L^{64}_{a=0}L^{7}_{c=0}L^{7}_{d=0}L^{2}_{f=0}L^{2}_{g=0}[C^{f32,g}_{a,c,d}=max(C^{f32,g}_{a,c,d},A^{f32,g}_{a,c*2+f,d*2+g});];"
+    long = "L^{64}_{a=0}L^{7}_{c=0}L^{7}_{d=0}L^{4}_{f=0}L^{16}_{g=0}[C^{f32,g}_{a,c,d}=max(C^{f32,g}_{a,c,d},A^{f32,g}_{a,c*16+f,d*16+g});];"
+    # per update, the 2x2 window pays one entry per window (of the d loop), the 16-wide row one per row
+    assert cycles(pool) / (64 * 49 * 4) < 1.5 * cycles(long) / (64 * 49 * 64)
+
+
+def test_a_vector_loop_runs_its_calls_lane_by_lane_and_the_rest_in_its_lanes():
+    scalar = "L^{512}_{a=0}L^{768}_{c=0}[F^{f32,g}_{a}=F^{f32,g}_{a}+exp(A^{f32,g}_{a,c}-E^{f32,g}_{a})*3;];"
+    vector = ("L^{512}_{a=0}L^{96}_{d=0}V^{8}_{c=0}[G^{f32,g}_{a,c}=G^{f32,g}_{a,c}+exp(A^{f32,g}_{a,d*8+c}-E^{f32,g}_{a})*3;];"
+              "L^{512}_{a=0}L^{8}_{c=0}[F^{f32,g}_{a}=F^{f32,g}_{a}+G^{f32,g}_{a,c};];")
+    assert cycles(scalar) / 1.1 > cycles(vector) > cycles(scalar) / 2  # the calls still dominate
