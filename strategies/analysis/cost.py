@@ -37,8 +37,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from leir.analysis import (access_strides, element_bytes, is_update, lhs_vars, partial_strides, statement_sites,
-                           tensor_boxes)
+from leir.analysis import (
+    access_strides,
+    element_bytes,
+    is_update,
+    lhs_vars,
+    partial_strides,
+    statement_sites,
+    tensor_boxes,
+)
 from leir.ast import Access, BinOp, Call, Compare, Loop, Neg, Program, Select, Var, accesses, children, walk_expr
 
 TRANSCENDENTAL = ("exp", "log", "erf", "sqrt", "fast_exp")
