@@ -14,11 +14,14 @@ protocol), then:
   `--ms-seeds` seed (both forms lower to the same function on the CPU), checked against the program,
   and timed in one session per form and tuning with that form's naive program and its searches' best
   state (the same protocol); with several seeds the strongest tuning is the reference;
-- PyTorch eager on the module (torch.utils.benchmark, every core);
+- PyTorch eager and `torch.compile` (`--compile-modes`: the default mode and max-autotune) on the
+  module (`gpu_tasks/torch_timing.py`: torch.utils.benchmark with one thread and with every core, the
+  faster kept; compiled with one compile thread, checked against eager, compile time reported), all
+  timed first, before any worker process exists;
 - `--relax`: TVM's own path from the PyTorch module through Relax (second figure, slow).
 
-Baselines named: MetaSchedule's tuned TensorIR (ratio MS / best > 1: the search beat it) and PyTorch
-eager (ratio eager / best; the issue's goal is >= 0.5 on matmul and softmax). The last lines are a
+Baselines named: MetaSchedule's tuned TensorIR (ratio MS / best > 1: the search beat it), PyTorch
+eager (eager / best) and torch.compile (compile / best, the faster of its modes). The last lines are a
 markdown table (the one in the README). Slow: each MetaSchedule run takes one to a few minutes per
 program on 2 cores, each search of 64 states 20-60 s (conv2d several minutes: its naive time is large).
 """
@@ -122,6 +125,8 @@ def main() -> int:
                     help="MetaSchedule tuned once per seed; the reference is the tuning that times fastest "
                          "against the search's best state (on layernorm 64x768 one tuning found 10 us, "
                          "another 18 us)")
+    ap.add_argument("--compile-modes", nargs="*", default=["default", "max-autotune"],
+                    help="torch.compile modes timed beside eager (none: eager only)")
     ap.add_argument("--no-model", action="store_true", help="the library policy's own order (no cost model)")
     ap.add_argument("--forms", nargs="*", default=["L", "B"], choices=["L", "B"],
                     help="program forms searched: L (serial loops), B (the published bound thread loop)")
@@ -138,9 +143,9 @@ def main() -> int:
 
     from fma_peak import measure_gmacs
 
-    from flows.search import torch_eager_us
     from gpu_tasks.metaschedule import time_against_tuned, tune_primfunc
     from gpu_tasks.threads import logical_cpus, tvm_threads_here
+    from gpu_tasks.torch_timing import reference_times
     from leir.frontend import translate
     from leir.lower import lower_to_primfunc
     from search.cost_model import PriorModel
@@ -160,7 +165,7 @@ def main() -> int:
     catalogue, eager = programs(), {}
     for name in args.programs:
         module, inputs = catalogue[name]
-        eager[name] = torch_eager_us(module, inputs), eager_one_thread_us(module, inputs)
+        eager[name] = reference_times(module, inputs, args.compile_modes)
     tvm_threads_here(logical_cpus())  # before any kernel runs here: MetaSchedule's runners inherit it
     with Pools() as pools:
         for name in args.programs:
@@ -170,7 +175,10 @@ def main() -> int:
             searched = {}
             for form in args.forms:
                 searched[form] = search_form(forms[form], tr.signature, args, config, pools, options)
-            eager_all, eager_1t = eager[name]
+            torch_row = eager[name]
+            by_threads = torch_row["torch_eager_us_by_threads"]
+            eager_all, eager_1t = by_threads[max(by_threads, key=int)], by_threads["1"]
+            compiled = [torch_row[k] for k in ("torch_compile_us", "torch_compile_max_autotune_us") if torch_row.get(k)]
             t0 = time.perf_counter()
             tunings = [tune_primfunc(lower_to_primfunc(tr.program, tr.signature, "llvm", form="tensorir"),
                                      args.trials, seed) for seed in args.ms_seeds]
@@ -183,7 +191,8 @@ def main() -> int:
                 row = {"program": name, "form": form, "budget": args.budget, "trials": args.trials,
                        "policy": "library+model" if options["ranked"] else "library",
                        "prior": bool(prior), **found, "torch_eager_all_us": eager_all, "torch_eager_1t_us": eager_1t,
-                       "torch_eager_us": min(eager_all, eager_1t), "metaschedule_us": times.tuned_us,
+                       **torch_row, "torch_compile_best_us": min(compiled, default=None),
+                       "metaschedule_us": times.tuned_us,
                        "session_naive_us": times.naive_us, "session_best_us": times.best_us,
                        "session_spread": times.spread, "session_threads": times.threads,
                        "metaschedule_verification": times.verification, "metaschedule_tuning_s": round(tuning_s, 1),
@@ -192,7 +201,8 @@ def main() -> int:
                                                                   for t in sessions],
                        "metaschedule_over_best_search": times.tuned_us / best_now,
                        "metaschedule_over_naive": times.tuned_us / times.naive_us,
-                       "eager_over_best_search": eager_all / best_now,
+                       "eager_over_best_search": torch_row["torch_eager_us"] / best_now,
+                       "compile_over_best_search": min(compiled) / best_now if compiled else None,
                        **peak_shares(name, peak, best_now, times.tuned_us, found["best_search_us"])}
                 if args.relax and form == args.forms[-1]:
                     from gpu_tasks.metaschedule_relax import metaschedule_times
@@ -261,21 +271,14 @@ def _cpu_s(resource) -> float:
     return me.ru_utime + me.ru_stime
 
 
-def eager_one_thread_us(module, inputs, min_run_time: float = 0.5) -> float:
-    from torch.utils import benchmark
-
-    with torch.no_grad():
-        timer = benchmark.Timer(stmt="m(*x)", globals={"m": module, "x": inputs}, num_threads=1)
-        return float(timer.blocked_autorange(min_run_time=min_run_time).median * 1e6)
-
-
 def markdown_table(rows: list[dict], drivers: list[str]) -> str:
     """The README's table: per driver the best state's time in its own session (speedup), then the
     same-session times (best state, MetaSchedule), PyTorch eager on one thread and on every core, and
     the ratios (> 1: the search is faster)."""
     head = ("| program | form | naive µs | " + " | ".join(f"{d} µs" for d in drivers)
             + " | MetaSchedule-64 µs | search best, same session µs | PyTorch eager µs (1 thread / all cores)"
-            " | MS / best | eager / best | share of FMA peak: best, own session / MS |")
+            " | torch.compile µs (default / max-autotune) | MS / best | eager / best | compile / best"
+            " | share of FMA peak: best, own session / MS |")
     lines = [head, "|" + " --- |" * (head.count("|") - 1)]
     for r in rows:
         per = " | ".join(f"{r['drivers'][d]['best_us']:.1f} ({r['drivers'][d]['speedup']:.0f}x)"
@@ -286,11 +289,17 @@ def markdown_table(rows: list[dict], drivers: list[str]) -> str:
         lines.append(f"| {r['program']} | {r.get('form', 'B')} | {r['session_naive_us']:.0f} | {per} "
                      f"| {r['metaschedule_us']:.1f} "
                      f"| {best:.1f} | {r['torch_eager_1t_us']:.1f} / {r['torch_eager_all_us']:.1f} "
+                     f"| {_us(r.get('torch_compile_us'))} / {_us(r.get('torch_compile_max_autotune_us'))} "
                      f"| {r['metaschedule_over_best_search']:.2f} | {eager / best:.2f}"
-                     + (f" (own session {eager / own:.2f}) |" if own else " |")
+                     + (f" (own session {eager / own:.2f})" if own else "")
+                     + (f" | {r['torch_compile_best_us'] / best:.2f} |" if r.get("torch_compile_best_us") else " | - |")
                      + (f" {r['best_peak_share']:.0%}, {r['own_best_peak_share']:.0%}"
                         f" / {r['metaschedule_peak_share']:.0%} |" if r.get("fma_peak_gmacs") else " - |"))
     return "\n".join(lines)
+
+
+def _us(value) -> str:
+    return f"{value:.1f}" if value else "-"
 
 
 def table_from_rows(path: str, drivers: list[str]) -> str:
@@ -303,7 +312,11 @@ def print_row(row: dict, trials: int) -> None:
     speedups = ", ".join(f"{d} {v['speedup']:.2f}x" for d, v in row["drivers"].items())
     print(f"{row['program']} ({row.get('form', 'B')}-form): search speedup over naive ({row['policy']}, "
           f"{row['budget']} states each): {speedups}; "
-          f"best {row['best_search_us']:.1f} us; PyTorch eager {row['torch_eager_us']:.1f} us", flush=True)
+          f"best {row['best_search_us']:.1f} us; PyTorch eager {row['torch_eager_us']:.1f} us; torch.compile "
+          f"{_us(row.get('torch_compile_us'))} us (default, {row.get('torch_compile_s') or 0:.0f} s to compile) / "
+          f"{_us(row.get('torch_compile_max_autotune_us'))} us (max-autotune, "
+          f"{row.get('torch_compile_max_autotune_s') or 0:.0f} s)"
+          + (f"; {row['torch_errors']}" if row.get("torch_errors") else ""), flush=True)
     for d, v in row["drivers"].items():
         print(f"  {d}: {' -> '.join(v['strategies'])} ({v['states']} states, {v['wall_s']:.0f} s)", flush=True)
     best = row["session_best_us"] if row["session_best_us"] is not None else row["session_naive_us"]

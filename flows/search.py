@@ -10,8 +10,11 @@ reports/search.{json,png} with PyTorch eager and MetaSchedule reference times si
 - Trajectory steps (steps schema, parent_step_id/depth) are written to `lake/trajectory_steps/`, not
   into `lake/steps`: that folder is the transform stage's DVC output, and transform drops shards it
   did not write. The `trajectories` rows name those step ids.
-- References: PyTorch eager on every searched program (the catalogue module, float32,
-  `torch.utils.benchmark`, timed first and in a fresh process); on the first `reference_programs`
+- References: PyTorch eager and `torch.compile` (`torch_compile_modes`) on every searched program (the
+  catalogue module, float32; `gpu_tasks/torch_timing.py`: one thread and every core, the faster kept,
+  with its runs and spread), timed first in a fresh process and again in a second one at the end of
+  the stage: a figure whose spread or re-time is off by more than TORCH_SPREAD_LIMIT /
+  TORCH_RECHECK_LIMIT is refused (`*_check`), never compared or plotted; on the first `reference_programs`
   (in the profile's pinned order) MetaSchedule on the same function the search times: the TensorIR
   form of the original program tuned with `tune_tir` (`gpu_tasks/metaschedule.py`,
   `metaschedule_trials` trials; 0 skips it) and timed in one session with the naive program and the
@@ -24,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import statistics
 import time
 from pathlib import Path
@@ -52,7 +54,8 @@ DEFAULTS = {"drivers": ["chain", "greedy", "beam", "bfs", "dfs", "mcts"], "polic
             "wall_s": 300, "depth": 64, "branching": 4, "width": 2, "ucb_c": 1.4, "iterations": 24, "widen": 2,
             "time_macro_steps": False,
             "families": "all", "programs_per_family": 1, "seed": 0, "repeats": 5, "min_repeat_ms": 10,
-            "reference_programs": 2, "metaschedule_trials": 32, "metaschedule_relax": True, "cost_model": True}
+            "reference_programs": 2, "metaschedule_trials": 32, "metaschedule_relax": True, "cost_model": True,
+            "torch_compile_modes": ["default", "max-autotune"]}
 
 
 def search_params(params: Params) -> dict:
@@ -211,11 +214,12 @@ def _catalogue_module(p: dict, params: Params):
     raise LookupError(f"no catalogue instance of {p['workload']} with {shape}")
 
 
-def eager_references(programs: list[dict], params: Params) -> dict[str, float | str]:
-    """{program_id: PyTorch eager µs, or why it failed}, timed in a fresh process (spawned, one for all
-    the programs) so that nothing the stage's process did before (searches, worker pools, tuning, the
-    stages before it in one `steptp run`) is in the figure. In the release build's process, eager
-    took 192 µs on the matmul 128^3 that `make run`'s process timed at 35 µs."""
+def torch_references(programs: list[dict], params: Params, modes) -> dict[str, dict | str]:
+    """{program_id: the PyTorch reference columns (gpu_tasks.torch_timing.reference_times: eager, then
+    `torch.compile` in each of `modes`), or why there are none}, timed in a fresh process (spawned, one
+    for all the programs) so that nothing the stage's process did before (searches, worker pools,
+    tuning, the stages before it in one `steptp run`) is in the figure. In the release build's process,
+    eager took 192 µs on the matmul 128^3 that `make run`'s process timed at 35 µs."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -223,29 +227,60 @@ def eager_references(programs: list[dict], params: Params) -> dict[str, float | 
         return {}
     try:
         with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-            return pool.submit(_eager_times, programs, params).result()
+            return pool.submit(_torch_times, programs, params, tuple(modes)).result()
     except Exception as e:  # the process itself failed (killed, out of memory): every row says so
         return {p["program_id"]: f"timing process: {_describe(e)}" for p in programs}
 
 
-def _eager_times(programs: list[dict], params: Params) -> dict[str, float | str]:
-    out: dict[str, float | str] = {}
+def _torch_times(programs: list[dict], params: Params, modes: tuple[str, ...]) -> dict[str, dict | str]:
+    from gpu_tasks.torch_timing import reference_times
+
+    out: dict[str, dict | str] = {}
     for p in programs:
         try:
             module, inputs = _catalogue_module(p, params)
-            out[p["program_id"]] = torch_eager_us(module, inputs)
+            out[p["program_id"]] = reference_times(module, inputs, modes)
         except Exception as e:  # reported, never hidden
             out[p["program_id"]] = _describe(e)
     return out
 
 
-def torch_eager_us(module, inputs, min_run_time: float = 0.5) -> float:
-    import torch
-    from torch.utils import benchmark
+# A PyTorch reference is refused (kept in the row with the reason, never plotted or compared) when its
+# interquartile range exceeds this share of its median, or when a re-time in a second fresh process at
+# the end of the stage differs from it by more than this factor.
+TORCH_SPREAD_LIMIT = 0.2
+TORCH_RECHECK_LIMIT = 1.3
+TORCH_PREFIXES = ("torch_eager", "torch_compile", "torch_compile_max_autotune")
 
-    with torch.no_grad():
-        timer = benchmark.Timer(stmt="m(*x)", globals={"m": module, "x": inputs}, num_threads=os.cpu_count() or 1)
-        return float(timer.blocked_autorange(min_run_time=min_run_time).median * 1e6)
+
+def checked_references(first: dict, again: dict | str) -> dict:
+    """`first`'s columns with, per reference, its re-time (`*_recheck_us`) and the verdict (`*_check`:
+    `ok`, or `refused: ...` with the figure that failed)."""
+    row = dict(first)
+    for prefix in TORCH_PREFIXES:
+        us = first.get(f"{prefix}_us")
+        if us is None:
+            continue
+        redo = again.get(f"{prefix}_us") if isinstance(again, dict) else None
+        row[f"{prefix}_recheck_us"] = redo
+        spread = first.get(f"{prefix}_spread") or 0.0
+        if spread > TORCH_SPREAD_LIMIT:
+            row[f"{prefix}_check"] = f"refused: spread {spread:.2f} above {TORCH_SPREAD_LIMIT}"
+        elif redo is None:
+            row[f"{prefix}_check"] = f"refused: no re-time ({again if isinstance(again, str) else 'it failed'})"
+        elif max(us, redo) / min(us, redo) > TORCH_RECHECK_LIMIT:
+            row[f"{prefix}_check"] = (f"refused: re-timed {redo:.1f} µs in a fresh process against {us:.1f} µs "
+                                      f"({max(us, redo) / min(us, redo):.2f}x, above {TORCH_RECHECK_LIMIT}x)")
+        else:
+            row[f"{prefix}_check"] = "ok"
+    return row
+
+
+def torch_eager_us(module, inputs, min_run_time: float = 0.5) -> float:
+    """PyTorch eager µs per call, the faster of one thread and every core (gpu_tasks.torch_timing)."""
+    from gpu_tasks.torch_timing import time_callable
+
+    return time_callable(module, inputs, min_run_time).us
 
 
 def _pin_order(p: dict, params: Params) -> int:
@@ -269,7 +304,10 @@ def best_states(results: dict) -> dict[str, str]:
     return {pid: leir for pid, (_, leir) in best.items()}
 
 
-REFERENCE_KEYS = ("torch_eager_us", "metaschedule_us", "session_naive_us", "session_best_us", "session_spread",
+REFERENCE_KEYS = (*(f"{p}_{k}" for p in TORCH_PREFIXES for k in ("us", "threads", "runs", "number", "spread",
+                                                                   "us_by_threads", "recheck_us", "check")),
+                  "torch_compile_s", "torch_compile_max_autotune_s", "torch_process_threads", "torch_errors",
+                  "metaschedule_us", "session_naive_us", "session_best_us", "session_spread",
                   "session_threads",
                   "metaschedule_verification", "metaschedule_tuning_s", "metaschedule_relax_us",
                   "metaschedule_relax_vm_us", "metaschedule_relax_s")
@@ -281,16 +319,19 @@ def references(programs: list[dict], params: Params, cfg: dict, best: dict[str, 
     part that fails leaves its figures null and says why in `error` (`part: Type: message; ...`)."""
     out = []
     trials = int(cfg["metaschedule_trials"])
-    eager = eager_references(programs, params)  # first, and in a process of its own
+    modes = tuple(cfg["torch_compile_modes"] or ())
+    torch_refs = torch_references(programs, params, modes)  # first, and in a process of its own
     for i, p in enumerate(programs):
         row = {"program_id": p["program_id"], "workload": p["workload"], **dict.fromkeys(REFERENCE_KEYS),
                "metaschedule_trials": trials, "error": None}
         errors = []
-        eager_us = eager[p["program_id"]]  # a time, or why there is none
-        if isinstance(eager_us, float):
-            row["torch_eager_us"] = eager_us
+        found = torch_refs[p["program_id"]]  # the reference columns, or why there are none
+        if isinstance(found, dict):
+            row.update(found)
+            if found.get("torch_errors"):
+                errors.append(f"torch.compile: {found['torch_errors']}")
         else:
-            errors.append(f"eager: {eager_us}")
+            errors.append(f"eager: {found}")
         tuned = trials > 0 and i < int(cfg["reference_programs"])
         module = None
         if tuned and cfg["metaschedule_relax"]:
@@ -314,7 +355,12 @@ def references(programs: list[dict], params: Params, cfg: dict, best: dict[str, 
                 errors.append(f"relax: {_describe(e)}")
         row["error"] = "; ".join(errors) or None
         out.append(row)
-    return out
+    # the same references again in a second fresh process, after the tuning: a figure that moved is
+    # refused (a starved thread pool, a neighbour), never plotted
+    timed = [p for p in programs if isinstance(torch_refs[p["program_id"]], dict)]
+    again = torch_references(timed, params, modes)
+    return [checked_references(row, again.get(row["program_id"], "not timed")) if row["torch_eager_us"] else row
+            for row in out]
 
 
 def _relax_figures(module, inputs, trials: int, workload: str) -> dict:
@@ -360,6 +406,12 @@ def build_search_report(runs: list[dict], refs: list[dict], out: Path) -> dict:
             ref["search_speedup_over_metaschedule"] = round(ref["metaschedule_us"] / best_now, 4)
         if ref.get("metaschedule_us") and ref.get("session_naive_us"):
             ref["metaschedule_speedup_over_naive"] = round(ref["session_naive_us"] / ref["metaschedule_us"], 4)
+        # > 1: the search's best state is faster than PyTorch (eager, compiled), checked references only;
+        # the best state's time from MetaSchedule's session where there is one, else the search's own
+        best_any = best_now or ref["best_search_us"]
+        for prefix, name in zip(TORCH_PREFIXES, ("eager", "compile", "compile_max_autotune"), strict=True):
+            if best_any and ref.get(f"{prefix}_check") == "ok":
+                ref[f"search_speedup_over_{name}"] = round(ref[f"{prefix}_us"] / best_any, 4)
     report = {"drivers": drivers, "trajectories": [
         {k: r[k] for k in ("program_id", "workload", "driver", "best_speedup", "strategies", "states_verified")}
         for r in runs], "references": refs}
@@ -383,18 +435,26 @@ def _plot(drivers: dict, refs: list[dict], path: Path) -> None:
     a.set_ylabel("speedup over the naive original")
     a.legend()
     labels = [r["workload"] for r in refs]
-    keys = ("session_naive_us", "session_best_us", "metaschedule_us", "metaschedule_relax_us", "torch_eager_us")
+    keys = ("session_naive_us", "session_best_us", "metaschedule_us", "metaschedule_relax_us", *TORCH_PREFIXES)
     names = ("naive (session)", "search best (session)", "MetaSchedule, TensorIR", "MetaSchedule, Relax kernels",
-             "PyTorch eager")
+             "PyTorch eager", "torch.compile", "torch.compile max-autotune")
+    width = 0.8 / len(keys)
     for i, (key, name) in enumerate(zip(keys, names, strict=True)):
-        b.bar([x + 0.16 * i for x in range(len(refs))], [r.get(key) or 0 for r in refs], 0.16, label=name)
-    b.set_xticks([x + 0.32 for x in range(len(refs))], labels)
+        b.bar([x + width * i for x in range(len(refs))], [_plotted(r, key) for r in refs], width, label=name)
+    b.set_xticks([x + 0.4 - width / 2 for x in range(len(refs))], labels)
     b.set_yscale("log")
     b.set_ylabel("µs per run")
     b.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100, metadata={"Software": None})
     plt.close(fig)
+
+
+def _plotted(ref: dict, key: str) -> float:
+    """The bar of a reference: its µs, or nothing for a PyTorch figure its check refused."""
+    if key in TORCH_PREFIXES:
+        return ref.get(f"{key}_us") or 0 if ref.get(f"{key}_check") == "ok" else 0
+    return ref.get(key) or 0
 
 
 @flow(name="search", task_runner=ThreadPoolTaskRunner(max_workers=1))

@@ -35,3 +35,15 @@ def test_shares_are_multiply_adds_per_second_over_the_peak():
 def test_memory_bound_programs_and_an_unknown_peak_get_no_share():
     assert bench_search.peak_shares("softmax_64x512", 500.0, 10.0, 10.0, 10.0) == {}
     assert bench_search.peak_shares("matmul_128", None, 10.0, 10.0, 10.0) == {}
+
+
+def test_the_table_puts_torch_compile_beside_eager_and_metaschedule():
+    row = {"program": "matmul_128", "form": "B", "session_naive_us": 3000.0, "drivers": {"beam": {
+        "best_us": 50.0, "speedup": 60.0}}, "metaschedule_us": 40.0, "session_best_us": 50.0,
+        "torch_eager_1t_us": 55.0, "torch_eager_all_us": 45.0, "torch_eager_us": 45.0, "torch_compile_us": 100.0,
+        "torch_compile_max_autotune_us": 80.0, "torch_compile_best_us": 80.0, "metaschedule_over_best_search": 0.8}
+    table = bench_search.markdown_table([row], ["beam"])
+    assert "torch.compile µs (default / max-autotune)" in table.splitlines()[0]
+    cells = [c.strip() for c in table.splitlines()[-1].split("|")]
+    # ... | eager 1 thread / all cores | compile default / max-autotune | MS / best | eager / best | compile / best
+    assert cells[7:12] == ["55.0 / 45.0", "100.0 / 80.0", "0.80", "0.90 (own session 0.90)", "1.60"]
