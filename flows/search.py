@@ -233,15 +233,20 @@ def torch_references(programs: list[dict], params: Params, modes) -> dict[str, d
 
 
 def _torch_times(programs: list[dict], params: Params, modes: tuple[str, ...]) -> dict[str, dict | str]:
-    from gpu_tasks.torch_timing import reference_times
+    """Every program's eager figure first, then the compiled ones (a compilation leaves threads behind)."""
+    from gpu_tasks.torch_timing import compiled_times, eager_times
 
     out: dict[str, dict | str] = {}
+    built = {}
     for p in programs:
         try:
-            module, inputs = _catalogue_module(p, params)
-            out[p["program_id"]] = reference_times(module, inputs, modes)
+            built[p["program_id"]] = _catalogue_module(p, params)
+            out[p["program_id"]] = eager_times(*built[p["program_id"]])
         except Exception as e:  # reported, never hidden
             out[p["program_id"]] = _describe(e)
+    for pid, (module, inputs) in built.items():
+        if isinstance(out[pid], dict):
+            out[pid].update(compiled_times(module, inputs, modes))
     return out
 
 
@@ -320,6 +325,8 @@ def references(programs: list[dict], params: Params, cfg: dict, best: dict[str, 
     out = []
     trials = int(cfg["metaschedule_trials"])
     modes = tuple(cfg["torch_compile_modes"] or ())
+    say(f"search: PyTorch references of {len(programs)} programs (eager"
+        + "".join(f", torch.compile {m}" for m in modes) + ") in a fresh process")
     torch_refs = torch_references(programs, params, modes)  # first, and in a process of its own
     for i, p in enumerate(programs):
         row = {"program_id": p["program_id"], "workload": p["workload"], **dict.fromkeys(REFERENCE_KEYS),
@@ -358,6 +365,7 @@ def references(programs: list[dict], params: Params, cfg: dict, best: dict[str, 
     # the same references again in a second fresh process, after the tuning: a figure that moved is
     # refused (a starved thread pool, a neighbour), never plotted
     timed = [p for p in programs if isinstance(torch_refs[p["program_id"]], dict)]
+    say(f"search: the PyTorch references of {len(timed)} programs again, in a second fresh process")
     again = torch_references(timed, params, modes)
     return [checked_references(row, again.get(row["program_id"], "not timed")) if row["torch_eager_us"] else row
             for row in out]

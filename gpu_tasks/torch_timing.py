@@ -6,15 +6,17 @@ the slowest thread, and a thread that another busy process has descheduled costs
 (a softmax timed 11.7 µs alone and 4,594 µs with one other job running on a 2-core machine). On one
 thread nothing waits. A user on a busy machine sets the thread count; the reference does the same.
 
-Each figure is `torch.utils.benchmark`'s `blocked_autorange` median with its run count and spread
-(interquartile range over the median). The compiled module is built with one compile thread (no pool
+Each figure is the median of `torch.utils.benchmark` blocks of at least 2 ms of back-to-back calls,
+with the block count and the spread (interquartile range over the median). The compiled module is built with one compile thread (no pool
 of compile workers left running beside the timing), its compile time is reported, and it is checked
 against eager on the same inputs before it is timed. `process_threads` is the timing process's
 thread count before it times: what shares its cores from inside.
 """
 from __future__ import annotations
 
+import math
 import os
+import statistics
 import time
 from dataclasses import asdict, dataclass
 
@@ -46,8 +48,13 @@ def process_threads() -> int:
         return threading.active_count()
 
 
+BLOCK_S = 2e-3  # each timed block runs the call back to back for at least this long
+
+
 def time_callable(fn, inputs, min_run_time: float = 0.5, cores: int | None = None) -> TorchTime:
-    """`fn(*inputs)` timed with one thread and with `cores` (every core) threads; the faster kept."""
+    """`fn(*inputs)` timed with one thread and with `cores` (every core) threads; the faster kept.
+    Blocks of at least BLOCK_S (a 100 µs call timed one at a time spreads by a third from jitter
+    alone), at least 5 of them and `min_run_time` seconds in all per thread count."""
     import torch
     from torch.utils import benchmark
 
@@ -56,12 +63,19 @@ def time_callable(fn, inputs, min_run_time: float = 0.5, cores: int | None = Non
     with torch.no_grad():
         for threads in sorted({1, cores}):
             timer = benchmark.Timer(stmt="f(*x)", globals={"f": fn, "x": inputs}, num_threads=threads)
-            found[threads] = timer.blocked_autorange(min_run_time=min_run_time)
-    threads = min(found, key=lambda t: found[t].median)
-    m = found[threads]
-    return TorchTime(us=float(m.median * 1e6), threads=threads, runs=len(m.times), number=int(m.number_per_run),
-                     spread=float(m.iqr / m.median) if m.median > 0 else 0.0,
-                     us_by_threads={str(t): round(float(v.median * 1e6), 3) for t, v in sorted(found.items())})
+            one = timer.timeit(10).median  # warms the call up, and sizes the blocks
+            number = max(1, math.ceil(BLOCK_S / max(one, 1e-9)))
+            blocks, deadline = [], time.perf_counter() + min_run_time
+            while len(blocks) < 5 or time.perf_counter() < deadline:
+                blocks.append(timer.timeit(number).median)
+            found[threads] = (number, blocks)
+    medians = {t: statistics.median(b) for t, (_, b) in found.items()}
+    threads = min(medians, key=medians.get)
+    number, blocks = found[threads]
+    q1, _, q3 = statistics.quantiles(blocks, n=4) if len(blocks) > 1 else (blocks[0],) * 3
+    return TorchTime(us=medians[threads] * 1e6, threads=threads, runs=len(blocks), number=number,
+                     spread=(q3 - q1) / medians[threads] if medians[threads] > 0 else 0.0,
+                     us_by_threads={str(t): round(v * 1e6, 3) for t, v in sorted(medians.items())})
 
 
 def compiled(module, inputs, mode: str):
@@ -89,8 +103,20 @@ def reference_times(module, inputs, modes=COMPILE_MODES, min_run_time: float = 0
     columns `torch_eager_*`, `torch_compile_*` (default mode) and `torch_compile_max_autotune_*`,
     with `*_s` the compile time; a mode that fails leaves its figures out and says why in
     `torch_errors`."""
-    row = {"torch_process_threads": process_threads(),
-           **time_callable(module, inputs, min_run_time).to_row("torch_eager")}
+    return {**eager_times(module, inputs, min_run_time), **compiled_times(module, inputs, modes, min_run_time)}
+
+
+def eager_times(module, inputs, min_run_time: float = 0.5) -> dict:
+    """The `torch_eager_*` columns and the process's thread count before it timed. Time every
+    program's eager figure before anything is compiled in the process: the threads a compilation
+    leaves behind moved a conv2d's eager time by 1.5x."""
+    return {"torch_process_threads": process_threads(),
+            **time_callable(module, inputs, min_run_time).to_row("torch_eager")}
+
+
+def compiled_times(module, inputs, modes=COMPILE_MODES, min_run_time: float = 0.5) -> dict:
+    """The `torch_compile*` columns of each mode in `modes`, and `torch_errors`."""
+    row: dict = {}
     errors = []
     for mode in modes:
         prefix = "torch_compile" if mode == "default" else "torch_compile_" + mode.replace("-", "_")
