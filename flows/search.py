@@ -251,9 +251,11 @@ def _torch_times(programs: list[dict], params: Params, modes: tuple[str, ...]) -
 
 
 # A PyTorch reference is refused (kept in the row with the reason, never plotted or compared) when its
-# interquartile range exceeds this share of its median, or when a re-time in a second fresh process at
-# the end of the stage differs from it by more than this factor.
-TORCH_SPREAD_LIMIT = 0.2
+# interquartile range exceeds this share of its median (not a measurement), or when a re-time in a
+# second fresh process at the end of the stage differs from it by more than this factor (a starved
+# thread pool: hundreds of times off). On a noisy 2-core VM the blocks of a well-behaved 35 µs
+# layernorm spread by 0.2-0.5 while its medians in two processes agreed within 10%.
+TORCH_SPREAD_LIMIT = 0.5
 TORCH_RECHECK_LIMIT = 1.3
 TORCH_PREFIXES = ("torch_eager", "torch_compile", "torch_compile_max_autotune")
 

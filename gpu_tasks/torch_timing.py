@@ -6,12 +6,12 @@ the slowest thread, and a thread that another busy process has descheduled costs
 (a softmax timed 11.7 µs alone and 4,594 µs with one other job running on a 2-core machine). On one
 thread nothing waits. A user on a busy machine sets the thread count; the reference does the same.
 
-Each figure is the median of `torch.utils.benchmark` blocks of at least 2 ms of back-to-back calls,
-with the block count and the spread (interquartile range over the median). The compiled module is built with one compile thread (no pool
-of compile workers left running beside the timing), its compile time is reported, and it is checked
-against eager on the same inputs before it is timed. `process_threads` is the timing process's
-thread count before it times: what shares its cores from inside.
-"""
+Each figure is the median of `torch.utils.benchmark` blocks of at least 10 ms of back-to-back calls,
+with the block count and the spread (interquartile range over the median). The compiled module is
+built with one compile thread (no pool of compile workers left running beside the timing), its
+compile time is reported, and it is checked against eager on the same inputs before it is timed.
+`process_threads` is the timing process's thread count before it times: what shares its cores from
+inside."""
 from __future__ import annotations
 
 import math
@@ -48,27 +48,36 @@ def process_threads() -> int:
         return threading.active_count()
 
 
-BLOCK_S = 2e-3  # each timed block runs the call back to back for at least this long
+BLOCK_S = 1e-2  # each timed block runs the call back to back for at least this long
 
 
 def time_callable(fn, inputs, min_run_time: float = 0.5, cores: int | None = None) -> TorchTime:
     """`fn(*inputs)` timed with one thread and with `cores` (every core) threads; the faster kept.
     Blocks of at least BLOCK_S (a 100 µs call timed one at a time spreads by a third from jitter
-    alone), at least 5 of them and `min_run_time` seconds in all per thread count."""
+    alone; 2 ms blocks on a noisy 2-core VM by a quarter), at least 5 of them and `min_run_time`
+    seconds in all per thread count."""
     import torch
     from torch.utils import benchmark
 
     cores = cores or max(1, os.cpu_count() or 1)
     found = {}
-    with torch.no_grad():
-        for threads in sorted({1, cores}):
-            timer = benchmark.Timer(stmt="f(*x)", globals={"f": fn, "x": inputs}, num_threads=threads)
-            one = timer.timeit(10).median  # warms the call up, and sizes the blocks
-            number = max(1, math.ceil(BLOCK_S / max(one, 1e-9)))
-            blocks, deadline = [], time.perf_counter() + min_run_time
-            while len(blocks) < 5 or time.perf_counter() < deadline:
-                blocks.append(timer.timeit(number).median)
-            found[threads] = (number, blocks)
+    before = torch.get_num_threads()
+    try:
+        with torch.no_grad():
+            for threads in sorted({1, cores}):
+                # the thread count is set once for all the blocks: set per block (as Timer.timeit does
+                # when it differs), resizing the OpenMP pool cost 0.7 ms a block
+                torch.set_num_threads(threads)
+                timer = benchmark.Timer(stmt="f(*x)", globals={"f": fn, "x": inputs}, num_threads=threads)
+                timer.timeit(10)  # warms the call up (its first calls are several times slower)
+                one = timer.timeit(10).median  # sizes the blocks
+                number = max(1, math.ceil(BLOCK_S / max(one, 1e-9)))
+                blocks, deadline = [], time.perf_counter() + min_run_time
+                while len(blocks) < 5 or time.perf_counter() < deadline:
+                    blocks.append(timer.timeit(number).median)
+                found[threads] = (number, blocks)
+    finally:
+        torch.set_num_threads(before)
     medians = {t: statistics.median(b) for t, (_, b) in found.items()}
     threads = min(medians, key=medians.get)
     number, blocks = found[threads]

@@ -22,19 +22,19 @@ Shapes are the bounding box of every access (reads included), so no signature is
 
 The figures say what changes; they do not say which change wins where a step trades one figure for
 another (a reorder that takes the reduction out of the innermost loop and makes its accesses
-strided). `estimated_cycles` weighs them: a static, deliberately coarse estimate of the
-cycles the statements of some nests take on a nominal CPU (ESTIMATE: 256-bit vectors, two cores),
-from the work per execution (a transcendental call and a division weigh more than an add), the
-vector lanes the innermost loop runs in (a `V` loop, or a plain innermost loop that the compiler
-vectorises by itself: contiguous, no carried dependence, no call; in a `V` loop a call runs lane by
-lane while the rest of the work fills the lanes), the latency of a dependence the innermost loop
-carries, the cost of entering an innermost loop (innermost loops of a few iterations are unrolled:
-the loop around them is the one entered), the cache lines each access touches per execution at the
-cache level its data (or its reuse distance) fits in (a strided access whose lines stay in L1 for
-the next iterations of the loop around pays a line once per line, unless its stride is a power of
-two that crowds them into a few of L1's sets), and the cores and start-up cost of a parallel loop. It predicts no microseconds: the chain of thought compares two
-estimates of the same program, never quotes them as times.
-"""
+strided). `estimated_cycles` weighs them: a static, deliberately coarse estimate of the cycles the
+statements of some nests take on a nominal CPU (ESTIMATE: 256-bit vectors, two cores), from the work
+per execution (a transcendental call and a division weigh more than an add), the vector lanes the
+innermost loop runs in (a `V` loop, or a plain innermost loop that the compiler vectorises by
+itself: contiguous, no carried dependence, no call; in a `V` loop a call runs lane by lane while the
+rest of the work fills the lanes), the latency of a dependence the innermost loop carries, the cost
+of entering an innermost loop (innermost loops of a few iterations are unrolled: the loop around
+them is the one entered), the cache lines each access touches per execution at the cache level its
+data (or its reuse distance) fits in (a strided access whose lines stay in L1 for the next
+iterations of the loop around pays a line once per line, unless its stride is a power of two that
+crowds them into a few of L1's sets), and the cores and start-up cost of a parallel loop. It
+predicts no microseconds: the chain of thought compares two estimates of the same program, never
+quotes them as times."""
 from __future__ import annotations
 
 import math
