@@ -145,7 +145,7 @@ def main() -> int:
 
     from gpu_tasks.metaschedule import time_against_tuned, tune_primfunc
     from gpu_tasks.threads import logical_cpus, tvm_threads_here
-    from gpu_tasks.torch_timing import reference_times
+    from gpu_tasks.torch_timing import reference_rows
     from leir.frontend import translate
     from leir.lower import lower_to_primfunc
     from search.cost_model import PriorModel
@@ -162,10 +162,8 @@ def main() -> int:
               flush=True)
     # PyTorch eager next, before any worker process exists: timed after a search, with its pools
     # alive, conv2d's eager once took 12.8 ms against 1.6 ms alone (2026-12-02)
-    catalogue, eager = programs(), {}
-    for name in args.programs:
-        module, inputs = catalogue[name]
-        eager[name] = reference_times(module, inputs, args.compile_modes)
+    catalogue = programs()
+    eager = reference_rows({name: catalogue[name] for name in args.programs}, args.compile_modes)
     tvm_threads_here(logical_cpus())  # before any kernel runs here: MetaSchedule's runners inherit it
     with Pools() as pools:
         for name in args.programs:
@@ -176,6 +174,8 @@ def main() -> int:
             for form in args.forms:
                 searched[form] = search_form(forms[form], tr.signature, args, config, pools, options)
             torch_row = eager[name]
+            if isinstance(torch_row, str):
+                raise SystemExit(f"bench_search: {name}: the PyTorch reference failed: {torch_row}")
             by_threads = torch_row["torch_eager_us_by_threads"]
             eager_all, eager_1t = by_threads[max(by_threads, key=int)], by_threads["1"]
             compiled = [torch_row[k] for k in ("torch_compile_us", "torch_compile_max_autotune_us") if torch_row.get(k)]

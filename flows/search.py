@@ -233,21 +233,16 @@ def torch_references(programs: list[dict], params: Params, modes) -> dict[str, d
 
 
 def _torch_times(programs: list[dict], params: Params, modes: tuple[str, ...]) -> dict[str, dict | str]:
-    """Every program's eager figure first, then the compiled ones (a compilation leaves threads behind)."""
-    from gpu_tasks.torch_timing import compiled_times, eager_times
+    from gpu_tasks.torch_timing import reference_rows
 
     out: dict[str, dict | str] = {}
     built = {}
     for p in programs:
         try:
             built[p["program_id"]] = _catalogue_module(p, params)
-            out[p["program_id"]] = eager_times(*built[p["program_id"]])
         except Exception as e:  # reported, never hidden
             out[p["program_id"]] = _describe(e)
-    for pid, (module, inputs) in built.items():
-        if isinstance(out[pid], dict):
-            out[pid].update(compiled_times(module, inputs, modes))
-    return out
+    return {**out, **reference_rows(built, modes)}
 
 
 # A PyTorch reference is refused (kept in the row with the reason, never plotted or compared) when its
@@ -281,13 +276,6 @@ def checked_references(first: dict, again: dict | str) -> dict:
         else:
             row[f"{prefix}_check"] = "ok"
     return row
-
-
-def torch_eager_us(module, inputs, min_run_time: float = 0.5) -> float:
-    """PyTorch eager µs per call, the faster of one thread and every core (gpu_tasks.torch_timing)."""
-    from gpu_tasks.torch_timing import time_callable
-
-    return time_callable(module, inputs, min_run_time).us
 
 
 def _pin_order(p: dict, params: Params) -> int:
@@ -384,7 +372,9 @@ def _relax_figures(module, inputs, trials: int, workload: str) -> dict:
 
 
 def _describe(e: Exception) -> str:
-    return f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
+    from gpu_tasks.torch_timing import describe
+
+    return describe(e)
 
 
 # --- report -----------------------------------------------------------------------------------------

@@ -107,18 +107,31 @@ def compiled(module, inputs, mode: str):
     return fn, seconds
 
 
-def reference_times(module, inputs, modes=COMPILE_MODES, min_run_time: float = 0.5) -> dict:
-    """Eager first (before anything is compiled in this process), then each compile mode: the row's
-    columns `torch_eager_*`, `torch_compile_*` (default mode) and `torch_compile_max_autotune_*`,
-    with `*_s` the compile time; a mode that fails leaves its figures out and says why in
-    `torch_errors`."""
-    return {**eager_times(module, inputs, min_run_time), **compiled_times(module, inputs, modes, min_run_time)}
+def reference_rows(built: dict, modes=COMPILE_MODES, min_run_time: float = 0.5) -> dict[str, dict | str]:
+    """{key: the row's columns, or why there are none} for `built` ({key: (module, inputs)}): every
+    eager figure first, before anything is compiled in this process (the threads a compilation
+    leaves behind moved a conv2d's eager time by 1.5x), then each compile mode: `torch_eager_*`,
+    `torch_compile_*` (default mode) and `torch_compile_max_autotune_*`, with `*_s` the compile time;
+    a mode that fails leaves its figures out and says why in `torch_errors`."""
+    out: dict[str, dict | str] = {}
+    for key, (module, inputs) in built.items():
+        try:
+            out[key] = eager_times(module, inputs, min_run_time)
+        except Exception as e:  # reported, never hidden
+            out[key] = describe(e)
+    for key, (module, inputs) in built.items():
+        if isinstance(out[key], dict):
+            out[key].update(compiled_times(module, inputs, modes, min_run_time))
+    return out
+
+
+def describe(e: Exception) -> str:
+    """`Type: the message's last line`, as a row says why it has no figure."""
+    return f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
 
 
 def eager_times(module, inputs, min_run_time: float = 0.5) -> dict:
-    """The `torch_eager_*` columns and the process's thread count before it timed. Time every
-    program's eager figure before anything is compiled in the process: the threads a compilation
-    leaves behind moved a conv2d's eager time by 1.5x."""
+    """The `torch_eager_*` columns and the process's thread count before it timed."""
     return {"torch_process_threads": process_threads(),
             **time_callable(module, inputs, min_run_time).to_row("torch_eager")}
 
@@ -134,6 +147,6 @@ def compiled_times(module, inputs, modes=COMPILE_MODES, min_run_time: float = 0.
             row.update(time_callable(fn, inputs, min_run_time).to_row(prefix))
             row[f"{prefix}_s"] = round(seconds, 2)
         except Exception as e:  # reported in the row, never hidden
-            errors.append(f"{mode}: {type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}")
+            errors.append(f"{mode}: {describe(e)}")
     row["torch_errors"] = "; ".join(errors) or None
     return row
