@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -28,6 +29,28 @@ def configure(lake: Path | None = None) -> None:
     os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", str(Path(lake or ROOT / "lake").resolve() / ".prefect-results"))
     os.environ.setdefault("PREFECT_RESULTS_PERSIST_BY_DEFAULT", "true")
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+
+
+def die_with_parent():
+    """A `preexec_fn` for a helper process that must not outlive this one (the Prefect server, `dvc
+    repro`): on Linux the kernel sends it SIGTERM when this process ends, however it ends (kill -9
+    included; prctl PR_SET_PDEATHSIG). None elsewhere, where the `finally` of the caller is all there is."""
+    if not sys.platform.startswith("linux"):
+        return None
+    parent = os.getpid()
+
+    def set_death_signal() -> None:
+        import ctypes
+
+        if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM) != 0:
+            return
+        if os.getppid() != parent:  # the parent ended before the signal was armed
+            os._exit(1)
+
+    return set_death_signal
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def _free_port() -> int:
@@ -80,7 +103,8 @@ def local_server(timeout_s: float = 120, port: int | None = None):
     home.mkdir(parents=True, exist_ok=True)
     log = open(home / "server.log", "ab")
     proc = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-                             "--port", str(port)], stdout=log, stderr=subprocess.STDOUT)
+                             "--port", str(port)], stdout=log, stderr=subprocess.STDOUT,
+                            preexec_fn=die_with_parent())
     url = f"http://127.0.0.1:{port}/api"
     try:
         deadline = time.monotonic() + timeout_s
