@@ -22,6 +22,7 @@ def status(lake: LakeOpt = DEFAULT_LAKE,
     """Tables (shards, rows), the last run, the last scheduled (nightly) run and the release versions."""
     import pyarrow.parquet as pq
 
+    from flows.lake_guard import release_problems
     from flows.storage import SCHEDULED_RUN_LOG, TABLES, shards
 
     tables = {}
@@ -29,9 +30,10 @@ def status(lake: LakeOpt = DEFAULT_LAKE,
         files = shards(lake, name) if (lake / name).exists() else []
         tables[name] = {"shards": len(files), "rows": sum(pq.ParquetFile(f).metadata.num_rows for f in files)}
     releases = sorted(p.name for p in (lake / "releases").glob("v*")) if (lake / "releases").exists() else []
+    damaged = {r: problems for r in releases if (problems := release_problems(lake / "releases" / r))}
     last_run, scheduled = (_log(p) for p in (lake / "last_run.json", lake / SCHEDULED_RUN_LOG))
     info = {"lake": str(lake), "tables": tables, "last_run": last_run, "last_scheduled_run": scheduled,
-            "releases": releases}
+            "releases": releases, "damaged_releases": damaged}
     if as_json:
         typer.echo(json.dumps(info, indent=1))
         return
@@ -46,7 +48,9 @@ def status(lake: LakeOpt = DEFAULT_LAKE,
     console.print(table)
     console.print(f"last run: {last_run or '-'}")
     console.print(f"last scheduled run: {escape(scheduled_run_line(scheduled))}")
-    console.print(f"releases: {', '.join(releases) or '-'}")
+    console.print(f"releases: {', '.join(r + (' (DAMAGED)' if r in damaged else '') for r in releases) or '-'}")
+    for r, problems in damaged.items():
+        console.print(escape(f"  {r}: {'; '.join(problems)} (not a whole release: move it out of the lake)"))
 
 
 def _log(path: Path) -> dict | None:

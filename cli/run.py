@@ -38,6 +38,12 @@ def _params(profile: str | None):
     name = profile or raw.get("profile", "default")
     if name not in profiles:
         fail(f"unknown profile {name!r}; {PARAMS.name} has {', '.join(profiles)}")
+    from flows.params_schema import check_params
+
+    problems = check_params(raw, PARAMS, text)
+    if problems:  # before any stage writes: a typo must never rewrite the lake
+        fail(f"{PARAMS} is not valid ({len(problems)} problem{'s' * (len(problems) > 1)}); nothing was run:\n"
+             + "\n".join(f"  {p}" for p in problems))
     return Params(raw, name)
 
 
@@ -48,6 +54,20 @@ def _results_in(lake: Path) -> None:
     from flows.prefect_env import configure
 
     configure(lake)
+
+
+@contextlib.contextmanager
+def _writer_of(lake: Path, command: str):
+    """The lake's write lock for the block (flows.lake_guard): a second writer of the same lake ends
+    with one line naming the holder and exit status 1, before it starts anything."""
+    from flows.lake_guard import LakeBusy, lake_lock
+
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(lake_lock(lake, command))
+        except LakeBusy as e:
+            fail(str(e), code=1)
+        yield
 
 
 def _task_runner(runner: str, address: str | None, workers: int = 2):
@@ -83,7 +103,7 @@ def register(app: typer.Typer) -> None:
         _results_in(lake)
         from flows.prefect_env import local_server
 
-        with local_server():
+        with _writer_of(lake, "steptp run"), local_server():
             from flows.pipeline import GateFailed, gate_refusal, pipeline_flow
 
             task_runner = _task_runner(runner, address, workers)
@@ -108,20 +128,24 @@ def register(app: typer.Typer) -> None:
         _results_in(lake)
         from flows.prefect_env import local_server
 
-        with local_server():
+        with _writer_of(lake, f"steptp stage {name}"), local_server():
             from flows.pipeline import GateFailed, run_stage
+            from flows.release import ReleaseError
 
             try:
                 result = run_stage(name, params, lake, reports)
             except GateFailed as e:
                 fail(f"release refused by the gate:\n{e}", code=1)
+            except ReleaseError as e:
+                fail(str(e), code=1)
         typer.echo(f"{name}: {result}", err=True)
 
     @app.command("repro")
     def repro(push: Annotated[bool, typer.Option(help="dvc push to the default remote afterwards.")] = True):
         """Initialise DVC if needed (with its local remote), then `dvc repro` the pipeline of dvc.yaml
         with one Prefect server for all stages. A second call right after does nothing."""
-        from flows.prefect_env import dvc_env, dvc_executable, ensure_dvc
+        from flows.lake_guard import LOCK_ENV
+        from flows.prefect_env import die_with_parent, dvc_env, dvc_executable, ensure_dvc
 
         env = dvc_env()
         try:
@@ -133,9 +157,10 @@ def register(app: typer.Typer) -> None:
             return
         from flows.prefect_env import local_server
 
-        with local_server():
+        with _writer_of(ROOT / "lake", "steptp repro"), local_server():
             env["PREFECT_API_URL"] = os.environ["PREFECT_API_URL"]
-            code = subprocess.call([dvc_executable(), "repro"], cwd=ROOT, env=env)
+            env.update({k: os.environ[k] for k in (LOCK_ENV,)})  # the stages go on under this lock
+            code = subprocess.call([dvc_executable(), "repro"], cwd=ROOT, env=env, preexec_fn=die_with_parent())
         if code:
             raise typer.Exit(code)
         if push:
@@ -157,7 +182,7 @@ def register(app: typer.Typer) -> None:
         params = _params(profile)
         from flows.prefect_env import local_server
 
-        with local_server():
+        with _writer_of(lake, f"steptp release --version {version}"), local_server():
             from flows.pipeline import GateFailed, run_stage
 
             try:

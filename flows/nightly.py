@@ -35,6 +35,7 @@ from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLi
 from prefect.states import Completed  # noqa: E402
 
 from flows.config import PARAMS, ROOT, load_params, set_param  # noqa: E402
+from flows.lake_guard import lake_lock  # noqa: E402
 from flows.release import SEMVER, ReleaseError, next_version, parse_version, previous_versions  # noqa: E402
 from flows.storage import SCHEDULED_RUN_LOG  # noqa: E402
 
@@ -238,9 +239,14 @@ def _record_final_state(flow, flow_run, state) -> None:
 def nightly_build(push: bool = True) -> dict:
     """`dvc repro`, then a release (version, tag, `dvc push`) when the release tables changed and the
     gate passed. Raises GateRefused (the run ends Failed) when the gate refuses."""
+    with lake_lock(ROOT / "lake", "steptp serve (nightly build)"):  # LakeBusy: this run fails, naming the holder
+        return _build(push)
+
+
+def _build(push: bool) -> dict:
     log = get_run_logger()
     record = _start_record()
-    env = dvc_env()
+    env = dvc_env()  # carries the lock (LOCK_ENV) to the stages dvc starts
     env["PREFECT_LOGGING_LEVEL"] = "WARNING"  # the stages' own Prefect chatter stays out of this run's log
     ensure_dvc(env)
     started = time.time()

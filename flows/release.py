@@ -9,6 +9,7 @@ import hashlib
 import json
 import re
 import shutil
+import tempfile
 from collections import Counter as Tally
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,12 +25,12 @@ from prefect import flow  # noqa: E402
 from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
 from flows.config import Params  # noqa: E402
+from flows.lake_guard import SEMVER, release_problems  # noqa: E402
 from flows.measured import configs_section, measured_section  # noqa: E402
 from flows.storage import family_splits, read_table, release_inputs, strategy_coverage  # noqa: E402
 from flows.tasks import say  # noqa: E402
 
 SPLITS = ("train", "test")
-SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)$")
 # A development release (semantic versioning's pre-release `dev` with the content hash as build
 # metadata): what the default build writes when the data changed and release.version did not.
 DEV_VERSION = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)-dev\+([0-9a-f]{12})$")
@@ -203,9 +204,27 @@ def make_release(lake: Path, version: str, samples: pa.Table, steps: pa.Table, p
     if earlier and parse_version(version, development=True) < parse_version(earlier[-1]):
         raise ReleaseError(f"version {version} is below the last release {earlier[-1]}")
     out = releases / f"v{version}"
-    tmp = releases / f".v{version}.tmp"
-    if tmp.exists():
+    releases.mkdir(parents=True, exist_ok=True)
+    # A name of this writer's own (a fixed one let a second writer delete the first one's half-written
+    # folder); a killed writer's is removed under the lake's lock (flows.lake_guard).
+    tmp = Path(tempfile.mkdtemp(prefix=f".v{version}.tmp-", dir=releases))
+    try:
+        _write_release(tmp, releases, earlier, version, samples, steps, params, gate, filter_counters, programs,
+                       coverage, measured, splits, reports, development_of)
+        tmp.rename(out)  # whole or absent: the rename is atomic, and refused onto a folder with files
+    except OSError as e:
         _remove_tree(tmp)
+        if out.exists():
+            raise ReleaseError(f"release v{version} was written by another writer meanwhile ({out})") from e
+        raise
+    except BaseException:
+        _remove_tree(tmp)
+        raise
+    return out
+
+
+def _write_release(tmp: Path, releases: Path, earlier: list[str], version: str, samples, steps, params, gate,
+                   filter_counters, programs, coverage, measured, splits, reports, development_of) -> None:
     date = release_date(params)
     (tmp / "data").mkdir(parents=True)
     (tmp / "chat").mkdir()
@@ -246,8 +265,6 @@ def make_release(lake: Path, version: str, samples: pa.Table, steps: pa.Table, p
     (tmp / "README.md").write_text(card)
     (tmp / "CHANGELOG.md").write_text(_changelog(releases, earlier, version, sizes, per_strategy))
     _write_croissant(tmp, version, params, tables, date)
-    tmp.rename(out)
-    return out
 
 
 def _write_measured(folder: Path, measured: Measured, tables: dict) -> None:
@@ -728,6 +745,7 @@ def release_flow(raw: dict, profile: str, lake: str, reports: str, version: str 
     if not existing.exists():
         out = make_release(lake, version, *inputs)
         return {"stage": "release", "version": version, "path": str(out)}
+    _refuse_damaged(existing)
     same, digest = _compare_release(existing, lake, version, inputs)
     if same:
         return {"stage": "release", "version": version, "path": str(existing), "unchanged": True}
@@ -738,11 +756,19 @@ def release_flow(raw: dict, profile: str, lake: str, reports: str, version: str 
     out = lake / "releases" / f"v{dev}"
     result = {"stage": "release", "version": dev, "path": str(out), "development_of": version}
     if out.exists():  # the same changed data, released as a development version before
+        _refuse_damaged(out)
         return result | {"unchanged": True}
     make_release(lake, dev, *inputs, development_of=version)
     say(f"[bold]release[/]: v{version} exists with other contents; wrote the development release v{dev} beside it "
         "(to publish, set release.version in params.yaml to a new version)")
     return result
+
+
+def _refuse_damaged(folder: Path) -> None:
+    problems = release_problems(folder)
+    if problems:
+        raise ReleaseError(f"release {folder} is damaged ({'; '.join(problems)}); it was not written by a whole "
+                           "run of this version: move it out of the lake and run again")
 
 
 # The folders of a release whose bytes are its data (the content hash of a development release), with
@@ -754,9 +780,7 @@ RELEASE_DATA_FOLDERS = ("data", "chat", "chat_jsonl", "measured", "sft", "prefer
 def _compare_release(existing: Path, lake: Path, version: str, inputs: tuple) -> tuple[bool, str]:
     """(whether a rebuild of `version` from the lake is identical to the release folder, the content
     hash of the rebuild's data: every file whose bytes do not name the version)."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory(dir=lake) as tmp:
+    with tempfile.TemporaryDirectory(dir=lake, prefix=".compare-") as tmp:
         fresh = make_release(Path(tmp), version, *inputs)
         files = sorted(p.relative_to(fresh) for p in fresh.rglob("*") if p.is_file())
         same = files == sorted(p.relative_to(existing) for p in existing.rglob("*") if p.is_file()) and all(

@@ -306,6 +306,37 @@ def test_changed_data_under_the_same_version_makes_a_development_release(tiny_la
     assert "previous release: v0.1.0" in log and "dev" not in log  # a development release is not published
 
 
+def test_a_damaged_release_is_listed_as_damaged_and_never_compared_against(tiny_lake, tmp_path):
+    """A release folder missing a file or holding other bytes than its Croissant metadata lists (what a
+    second writer deleting the first one's folder left before writers had names of their own) is shown
+    as damaged by `lake status`, and the release stage refuses it with the way out, not a traceback."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from cli.main import app
+    from flows.lake_guard import release_problems
+    from flows.pipeline import run_stage
+    from flows.release import ReleaseError
+
+    root, _ = tiny_lake
+    lake = tmp_path / "lake"
+    shutil.copytree(root / "lake", lake, ignore=shutil.ignore_patterns(".prefect-results"))
+    params = load_params(profile="tiny")
+    name = f"v{params.release['version']}"
+    assert release_problems(root / "lake" / "releases" / name) == []
+    (lake / "releases" / name / "CHANGELOG.md").unlink()
+    (lake / "releases" / name / "data" / "train.parquet").write_bytes(b"half a file")
+    status = CliRunner().invoke(app, ["lake", "status", "--lake", str(lake), "--json"])
+    assert status.exit_code == 0, status.output
+    assert json.loads(status.output)["damaged_releases"] == {
+        name: ["missing CHANGELOG.md", "1 file(s) differ from their sha256: data/train.parquet"]}
+    table = CliRunner().invoke(app, ["lake", "status", "--lake", str(lake)])
+    assert f"{name} (DAMAGED)" in table.output and "move it out of the lake" in table.output
+    with pytest.raises(ReleaseError, match=f"releases/{name} is damaged .*move it out of the lake"):
+        run_stage("release", params, lake, root / "reports")
+
+
 def test_measure_stage_times_every_released_state_once_with_five_rounds_at_least(tiny_lake):
     from flows.measure import measure_params, passing_follow_ups, state_ids
     from flows.pipeline import run_stage
