@@ -47,13 +47,24 @@ class Params:
         return self.raw["release"]
 
 
+class ParamsError(ValueError):
+    """params.yaml does not fit its schema (flows.params_schema); the message lists every problem."""
+
+
 def load_params(path: Path = PARAMS, profile: str | None = None, overrides: dict | None = None) -> Params:
-    raw = yaml.safe_load(Path(path).read_text())
+    """params.yaml (with `overrides` merged in) checked against its schema, with `profile` chosen."""
+    from flows.params_schema import check_params
+
+    text = Path(path).read_text()
+    raw = yaml.safe_load(text)
     if overrides:
-        raw = _merge(copy.deepcopy(raw), overrides)
+        raw, text = _merge(copy.deepcopy(raw), overrides), None
     name = profile or raw.get("profile", "default")
     if name not in raw.get("profiles", {}):
         raise ValueError(f"unknown profile {name!r}; params.yaml has {', '.join(raw.get('profiles', {}))}")
+    problems = check_params(raw, path, text)
+    if problems:
+        raise ParamsError("\n".join(problems))
     return Params(raw, name)
 
 

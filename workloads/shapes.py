@@ -62,23 +62,38 @@ def role_values(role: str, odd: bool = False) -> tuple[int, ...]:
 def estimate_work(workload, params: dict) -> int:
     """Work units of one instance: multiply-accumulates of contractions plus the elements every other
     operator touches (the largest tensor of each call), counted on the meta device."""
+    return _meta_figures(workload, params)[0]
+
+
+def estimate_bytes(workload, params: dict) -> int:
+    """Bytes of the tensors one float32 forward pass of an instance holds: its inputs and every
+    operator's output, counted on the meta device (nothing is allocated): what a guard compares with a
+    memory limit before the instance is built."""
+    return _meta_figures(workload, params)[1]
+
+
+def _meta_figures(workload, params: dict) -> tuple[int, int]:
     key = (workload.name, tuple(sorted(params.items())))
     if key not in _WORK:
         _WORK[key] = _count_work(workload, dict(params))
     return _WORK[key]
 
 
-_WORK: dict[tuple, int] = {}
+_WORK: dict[tuple, tuple[int, int]] = {}
 
 
-def _count_work(workload, params: dict) -> int:
+def _count_work(workload, params: dict) -> tuple[int, int]:
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
     from torch.utils.flop_counter import FlopCounterMode
 
+    def nbytes(tensors) -> int:
+        return sum(t.numel() * t.element_size() for t in tree_leaves(tensors) if isinstance(t, torch.Tensor))
+
     class Elements(TorchDispatchMode):
         total = 0
+        held = 0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
@@ -88,6 +103,7 @@ def _count_work(workload, params: dict) -> int:
                 dim = args[1] if len(args) > 1 else (kwargs or {}).get("dim", 0)
                 work *= args[0].shape[dim] if args[0].dim() else 1
             Elements.total += work
+            Elements.held += nbytes(out)
             return out
 
     with torch.device("meta"):
@@ -96,7 +112,7 @@ def _count_work(workload, params: dict) -> int:
     flops = FlopCounterMode(display=False)
     with flops, Elements(), torch.no_grad():
         module(*inputs)
-    return int(flops.get_total_flops() // 2 + Elements.total)
+    return int(flops.get_total_flops() // 2 + Elements.total), nbytes(inputs) + Elements.held
 
 
 def _meta_dtype(kind: str):

@@ -83,9 +83,13 @@ def test_card_dataset_info_describes_every_config_and_split(tmp_path, inputs):
 
 def test_release_date_comes_from_params_never_the_clock(tmp_path, inputs):
     params, samples, steps, counters = inputs
-    undated = load_params(overrides={"release": {"date": "someday"}})
-    with pytest.raises(ReleaseError, match="release.date"):
-        make_release(tmp_path / "lake", "0.1.0", samples, steps, undated, {"success": True}, [])
+    from flows.config import Params, ParamsError
+
+    with pytest.raises(ParamsError, match="release.date: 'someday' is not a date YYYY-MM-DD"):
+        load_params(overrides={"release": {"date": "someday"}})  # the schema refuses it before any stage
+    raw = {**params.raw, "release": {**params.raw["release"], "date": "someday"}}
+    with pytest.raises(ReleaseError, match="release.date"):  # and the release, given it anyway
+        make_release(tmp_path / "lake", "0.1.0", samples, steps, Params(raw, params.profile_name), {"success": True}, [])
 
 
 @pytest.mark.slow
