@@ -24,6 +24,7 @@ from leir.ast import Program
 from leir.errors import LeirError
 from leir.parse import parse_program
 from leir.signature import Signature
+from leir.validate import uninitialised_reads
 
 MAX_ERROR_CHARS = 2000
 
@@ -191,6 +192,9 @@ def _checked_program(text: str, signature: Signature, limits: Limits) -> tuple[L
     too_big = limit_violation(program, signature, limits)
     if too_big:
         return None, f"rejected before building: {too_big}"
+    unset = uninitialised_reads(program, signature)
+    if unset:  # its output is whatever memory held: exact at one size, a mismatch of 1e33 at the next
+        return None, f"rejected before building: {unset[0]} (uninitialised-read, as `leir check` reports it)"
     return LoadedProgram(text, program, input_facts(program, signature)), ""
 
 

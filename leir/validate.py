@@ -66,6 +66,12 @@ def validate(program: Program, signature: Signature) -> list[Problem]:
     return problems
 
 
+def uninitialised_reads(program: Program, signature: Signature) -> list[Problem]:
+    """The `uninitialised-read` problems alone (what the verifier refuses before building: the result
+    of such a program is whatever memory held)."""
+    return _init_problems(program, statement_sites(program), signature)
+
+
 def _at(site: StmtSite, code: str, message: str) -> Problem:
     return Problem(code, message, site.nest_index + 1, site.order + 1)
 

@@ -189,3 +189,23 @@ def test_both_lowering_forms_verify_and_are_cached_apart():
     assert BUILD_CACHE.stats.builds == 5 and sum("T.sblock(" not in s for s in _cached_scripts()) == 2
     v = verify_against_reference(RELU, RELU_SIG, torch_reference("torch.relu(A)"), form="tensorir")
     assert v.status == "exact"
+
+
+VEC_SIG = {"tensors": [{"name": "A", "shape": [64], "dtype": "float32", "role": "input"},
+                       {"name": "C", "shape": [64], "dtype": "float32", "role": "output"}]}
+VEC_DOUBLE = "L^{64}_{a=0}[C^{f32,g}_{a}=A^{f32,g}_{a}*2;];"
+
+
+@pytest.mark.parametrize("unset", [
+    # D is read by the first nest, written only by the second: the first reads leftover memory
+    "L^{64}_{a=0}[C^{f32,g}_{a}=D^{f32,g}_{a}*2;];L^{64}_{a=0}[D^{f32,g}_{a}=A^{f32,g}_{a};];",
+])
+def test_a_program_that_reads_memory_never_written_is_invalid_on_either_side(unset):
+    """Its result is whatever the buffer held: it was `exact` at some sizes and a mismatch of 1e33 at
+    others, changing between identical runs. `leir check` calls it uninitialised-read; so does verify."""
+    clear_caches()
+    after = verify_pair(VEC_DOUBLE, unset, VEC_SIG)
+    assert after.status == "invalid"
+    assert "uninitialised-read" in after.error and "rejected before building" in after.error
+    assert verify_pair(unset, VEC_DOUBLE, VEC_SIG).status == "invalid"
+    assert verify_pair(VEC_DOUBLE, VEC_DOUBLE, VEC_SIG).status == "exact"
