@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from cli.common import fail
+from cli.common import fail, finite
 
 lake_app = typer.Typer(help="Inspect the data lake.", no_args_is_help=True)
 LakeOpt = Annotated[Path, typer.Option("--lake", envvar="STEPTP_LAKE", help="The lake folder.")]
@@ -19,23 +19,34 @@ DEFAULT_LAKE = Path("lake")
 @lake_app.command("status")
 def status(lake: LakeOpt = DEFAULT_LAKE,
            as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False):
-    """Tables (shards, rows), the last run, the last scheduled (nightly) run and the release versions."""
+    """Tables (shards, rows), the last run, the last scheduled (nightly) run and the release versions.
+    Exit status 1 when a shard cannot be read or a release is not whole (each named), 2 with no lake."""
     import pyarrow.parquet as pq
 
     from flows.lake_guard import release_problems
     from flows.storage import SCHEDULED_RUN_LOG, TABLES, shards
 
-    tables = {}
+    if not lake.is_dir():
+        fail(f"no lake at {lake} (run `steptp run` first, or pass --lake)")
+    tables, unreadable = {}, {}
     for name in TABLES:
         files = shards(lake, name) if (lake / name).exists() else []
-        tables[name] = {"shards": len(files), "rows": sum(pq.ParquetFile(f).metadata.num_rows for f in files)}
+        rows = 0
+        for f in files:
+            try:
+                rows += pq.ParquetFile(f).metadata.num_rows
+            except (OSError, ValueError) as e:  # a truncated or foreign file: named, never a traceback
+                unreadable[str(f)] = " ".join(str(e).split())
+        tables[name] = {"shards": len(files), "rows": rows}
     releases = sorted(p.name for p in (lake / "releases").glob("v*")) if (lake / "releases").exists() else []
     damaged = {r: problems for r in releases if (problems := release_problems(lake / "releases" / r))}
     last_run, scheduled = (_log(p) for p in (lake / "last_run.json", lake / SCHEDULED_RUN_LOG))
     info = {"lake": str(lake), "tables": tables, "last_run": last_run, "last_scheduled_run": scheduled,
-            "releases": releases, "damaged_releases": damaged}
+            "releases": releases, "damaged_releases": damaged, "unreadable_shards": unreadable}
     if as_json:
         typer.echo(json.dumps(info, indent=1))
+        if damaged or unreadable:
+            raise typer.Exit(1)
         return
     from rich.console import Console
     from rich.markup import escape
@@ -46,11 +57,15 @@ def status(lake: LakeOpt = DEFAULT_LAKE,
         table.add_row(name, str(t["shards"]), str(t["rows"]))
     console = Console()
     console.print(table)
+    for path, reason in unreadable.items():
+        console.print(escape(f"unreadable shard (not counted): {path}: {reason}"))
     console.print(f"last run: {last_run or '-'}")
     console.print(f"last scheduled run: {escape(scheduled_run_line(scheduled))}")
     console.print(f"releases: {', '.join(r + (' (DAMAGED)' if r in damaged else '') for r in releases) or '-'}")
     for r, problems in damaged.items():
         console.print(escape(f"  {r}: {'; '.join(problems)} (not a whole release: move it out of the lake)"))
+    if damaged or unreadable:  # exit 1: a script that checks the lake notices
+        raise typer.Exit(1)
 
 
 def _log(path: Path) -> dict | None:
@@ -92,14 +107,20 @@ def register(app: typer.Typer) -> None:
             lake: LakeOpt = DEFAULT_LAKE,
             fmt: Annotated[str, typer.Option("--format", help="table, csv, json (one object per line) or "
                                              "parquet (written to --output).")] = "table",
-            output: Annotated[Path | None, typer.Option(help="Output file (required for parquet).")] = None):
+            output: Annotated[Path | None, typer.Option(help="Output file (required for parquet); never inside "
+                                                        "the lake.")] = None,
+            timeout: Annotated[float, typer.Option(min=0.001, callback=finite,
+                                                   help="Seconds the query may run before it is cancelled.")]
+            = 300.0):
         """Run a read-only SQL query on the lake and print the result.
 
         The query can only read the lake's tables: any statement that is not a query (ATTACH, DETACH,
         COPY, INSTALL, LOAD, EXPORT, SET, CREATE, ...) is refused before anything runs, DuckDB's
         external access is off except for the lake's shard files, extensions are neither installed nor
-        loaded, and its configuration is locked. Nothing is written to the lake. Exit status 2 on a
-        refused or failing query, or when --lake is not a lake.
+        loaded, and its configuration is locked. Nothing is written to the lake (--output inside it is
+        refused). A query that runs past --timeout, or is interrupted with Ctrl-C, is cancelled. Cells
+        print as plain text. Exit status 2 on a refused, failing or cancelled query, or when --lake is
+        not a lake; 130 on Ctrl-C.
         """
         import duckdb
 
@@ -111,6 +132,8 @@ def register(app: typer.Typer) -> None:
             fail("--format parquet needs --output FILE")
         if not lake.exists():
             fail(f"no lake at {lake} (run `steptp run` first, or pass --lake)")
+        if output is not None:
+            _check_output(output, lake)
         if not is_lake(lake):
             fail(f"{lake} is not a lake: it has no catalog.duckdb and no table folder such as programs/ "
                  "(run `steptp run` first, or pass --lake)")
@@ -119,14 +142,57 @@ def register(app: typer.Typer) -> None:
         except (StorageError, duckdb.Error) as e:
             fail(str(e).splitlines()[0])
         try:
-            result = read_only_query(con, query)
-            frame = None if result is None else result.to_arrow_table()
+            frame = _run_cancellable(con, lambda: _arrow(read_only_query(con, query)), timeout)
         except (StorageError, duckdb.Error) as e:
             fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
         finally:
             con.close()
         if frame is not None:
             _print(frame, fmt, output)
+
+
+def _check_output(output: Path, lake: Path) -> None:
+    target = output.resolve()
+    if target.is_relative_to(lake.resolve()):
+        fail(f"--output {output} is inside the lake {lake}: write results elsewhere (the lake holds its tables only)")
+    if not target.parent.is_dir():
+        fail(f"cannot write {output}: there is no folder {target.parent}")
+    if target.is_dir():
+        fail(f"cannot write {output}: it is a folder")
+
+
+def _arrow(result):
+    return None if result is None else result.to_arrow_table()
+
+
+def _run_cancellable(con, work, timeout: float):
+    """`work()` in a thread, cancelled (DuckDB's interrupt) after `timeout` seconds or on Ctrl-C: a
+    query that never ends must not hold the terminal."""
+    import threading
+
+    box: dict = {}
+
+    def run():
+        try:
+            box["value"] = work()
+        except BaseException as e:  # handed to the caller's thread
+            box["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        thread.join(timeout)
+    except KeyboardInterrupt:
+        con.interrupt()
+        thread.join(10)
+        fail("interrupted: the query was cancelled", code=130)
+    if thread.is_alive():
+        con.interrupt()
+        thread.join(10)
+        fail(f"the query ran past --timeout {timeout:g} s and was cancelled")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
 
 
 def _print(frame, fmt: str, output: Path | None):
@@ -140,15 +206,22 @@ def _print(frame, fmt: str, output: Path | None):
         target = output.open("wb") if output else sys.stdout.buffer
         pacsv.write_csv(frame, target)
         return
-    rows = frame.to_pylist()
-    if fmt == "json":
-        text = "".join(json.dumps(r, default=str) + "\n" for r in rows)
-        output.write_text(text) if output else typer.echo(text, nl=False)
+    if fmt == "json":  # batch by batch: millions of rows never become one string
+        target = output.open("w", encoding="utf-8") if output else sys.stdout
+        try:
+            for batch in frame.to_batches(max_chunksize=4096):
+                target.write("".join(json.dumps(r, default=str) + "\n" for r in batch.to_pylist()))
+        finally:
+            if output:
+                target.close()
         return
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(*frame.column_names)
-    for r in rows:
-        table.add_row(*("" if v is None else str(v) for v in r.values()))
+    table = Table()
+    for c in frame.column_names:
+        table.add_column(Text(c))
+    for r in frame.to_pylist():  # Text: a cell is shown as it is, never read as Rich markup
+        table.add_row(*(Text("" if v is None else str(v)) for v in r.values()))
     Console(width=int(os.environ.get("COLUMNS", "160"))).print(table)

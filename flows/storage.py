@@ -210,17 +210,18 @@ def _step_effects_sql() -> str:
         FROM effects e JOIN steps s USING (step_id) WHERE e.kind = 'step'"""
 
 
-def catalog_views(lake: Path, files: list[Path] | None = None) -> list[tuple[str, str]]:
+def catalog_views(lake: Path, files: dict[str, list[Path]] | None = None) -> list[tuple[str, str]]:
     """(view name, SELECT) of the catalog: one view per table, then `steps_verified`, `steps_all` and
     `step_effects`.
-    A table reads `<table>/*.parquet` relative to the lake, or, when `files` is given, exactly those of
-    the listed shard files that belong to it (absolute paths: what `read_only_connection` allows)."""
+    A table reads `<table>/*.parquet` relative to the lake, or, when `files` is given, exactly its
+    files there (table -> absolute paths, a symlinked shard's target: what `read_only_connection`
+    allows)."""
     views = []
     for name, spec in TABLES.items():
         if files is None:
             source = f"'{name}/*.parquet'" if shards(lake, name) else None
         else:
-            own = [_sql_string(p.as_posix()) for p in files if p.parent.name == name]
+            own = [_sql_string(p.as_posix()) for p in files.get(name, [])]
             source = "[" + ", ".join(own) + "]" if own else None
         views.append((name, f"SELECT * FROM read_parquet({source})" if source else _empty_view(spec)))
     views.append(("steps_verified", "SELECT s.*, v.status, v.target FROM steps s JOIN verifications v "
@@ -294,13 +295,14 @@ def read_only_connection(lake: Path):
     lake = Path(lake).resolve()
     if not is_lake(lake):
         raise StorageError(f"{lake} is not a lake (no catalog.duckdb and no table folder such as programs/)")
-    files = [p.resolve() for name in TABLES if (lake / name).is_dir() for p in shards(lake, name)]
+    files = {name: [shard_file(p, lake) for p in shards(lake, name)] for name in TABLES if (lake / name).is_dir()}
+    allowed = [p for paths in files.values() for p in paths]
     con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False,
                                              "autoload_known_extensions": False})
     try:
         for name, select in catalog_views(lake, files):
             con.execute(f"CREATE VIEW {name} AS {select}")
-        con.execute("SET allowed_paths = [" + ", ".join(_sql_string(p.as_posix()) for p in files) + "]")
+        con.execute("SET allowed_paths = [" + ", ".join(_sql_string(p.as_posix()) for p in allowed) + "]")
         con.execute("SET temp_directory = ''")  # no spill files anywhere
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
@@ -308,6 +310,19 @@ def read_only_connection(lake: Path):
         con.close()
         raise
     return con
+
+
+def shard_file(path: Path, lake: Path) -> Path:
+    """The file a shard is: itself, or what its symlink points to when that lies inside the lake or in
+    the DVC cache of the repository holding the lake (`cache.type symlink`). StorageError for a link
+    that leads anywhere else: a query must not read /etc/passwd through a shard name."""
+    target = path.resolve()
+    homes = [lake] + [d / ".dvc" / "cache" for d in (lake, *lake.parents) if (d / ".dvc").is_dir()]
+    if not any(target.is_relative_to(home) for home in homes):
+        raise StorageError(f"shard {path} links outside the lake and its DVC cache (to {target}): refused")
+    if not target.is_file():
+        raise StorageError(f"shard {path} is a broken link (to {target})")
+    return target
 
 
 def read_only_query(con, query: str):

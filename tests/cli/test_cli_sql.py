@@ -133,3 +133,57 @@ def test_a_lake_without_a_catalog_is_queried_without_writing_one(tmp_path):
     result = _sql("SELECT count(*) AS n FROM programs", "--lake", str(lake), "--format", "json")
     assert result.exit_code == 0 and json.loads(result.stdout) == {"n": 2}
     assert not (lake / "catalog.duckdb").exists()
+
+
+def test_symlinked_shards_are_read_where_they_point_inside_the_lake_or_its_dvc_cache(lake, tmp_path):
+    """DVC's `cache.type symlink` leaves every shard a link into .dvc/cache: the views read them."""
+    cache = tmp_path / ".dvc" / "cache" / "files" / "md5" / "ab"
+    cache.mkdir(parents=True)
+    shard = lake / "programs" / "a.parquet"
+    target = cache / "cdef0123"
+    shard.rename(target)
+    shard.symlink_to(target)
+    result = _sql("SELECT count(*) AS n FROM programs", "--lake", str(lake), "--format", "csv")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[-1] == "3"
+
+
+def test_a_shard_that_links_outside_the_lake_is_refused(lake, tmp_path):
+    outside = tmp_path / "elsewhere.parquet"
+    outside.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    (lake / "programs" / "b.parquet").symlink_to(outside)
+    result = _sql("SELECT * FROM read_text('programs/b.parquet')", "--lake", str(lake))
+    _refused(result, "links outside the lake and its DVC cache")
+
+
+def test_cells_are_plain_text_never_markup(lake):
+    result = _sql("SELECT '[red]x[/red]' AS a, '[/]' AS b", "--lake", str(lake))
+    assert result.exit_code == 0, result.output
+    assert "[red]x[/red]" in result.stdout and "[/]" in result.stdout
+
+
+def test_output_inside_the_lake_or_in_a_missing_folder_is_refused(lake, tmp_path):
+    before = _files(lake)
+    _refused(_sql("SELECT 1", "--lake", str(lake), "--format", "csv", "--output", str(lake / "programs" / "a.parquet")),
+             "is inside the lake")
+    assert _files(lake) == before
+    _refused(_sql("SELECT 1", "--lake", str(lake), "--output", str(tmp_path / "nope" / "x.csv"), "--format", "csv"),
+             "there is no folder")
+
+
+def test_a_query_that_never_ends_is_cancelled_at_the_timeout(lake):
+    import time
+
+    started = time.perf_counter()
+    endless = "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT count(*) FROM r"
+    result = _sql(endless, "--lake", str(lake), "--timeout", "1")
+    _refused(result, "ran past --timeout 1 s and was cancelled")
+    assert time.perf_counter() - started < 30
+
+
+def test_json_output_is_written_batch_by_batch(lake, tmp_path):
+    out = tmp_path / "rows.jsonl"
+    result = _sql("SELECT range AS i FROM range(10000)", "--lake", str(lake), "--format", "json", "--output", str(out))
+    assert result.exit_code == 0, result.output
+    lines = out.read_text().splitlines()
+    assert len(lines) == 10000 and json.loads(lines[-1]) == {"i": 9999}
