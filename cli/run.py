@@ -70,6 +70,28 @@ def _writer_of(lake: Path, command: str):
         yield
 
 
+def _check_cron(cron: str) -> None:
+    """One line and exit 2 for a schedule Prefect refuses (checked by Prefect's own schedule type,
+    before any server starts)."""
+    from pydantic import ValidationError
+
+    from flows.prefect_env import configure
+
+    configure()
+    from prefect.client.schemas.schedules import CronSchedule
+
+    try:
+        CronSchedule(cron=cron)
+    except ValidationError as e:
+        reason = e.errors()[0]["msg"].removeprefix("Value error, ")
+        fail(f"--cron {cron!r} is not a cron schedule (minute hour day month weekday): {reason}")
+
+
+def _outside_project(lake: Path) -> bool:
+    """A lake other than the project's `lake/`, which DVC does not track: no dvc.lock or tag for it."""
+    return lake.resolve() != (ROOT / "lake").resolve()
+
+
 def _task_runner(runner: str, address: str | None, workers: int = 2):
     if runner == "local":
         return None
@@ -191,6 +213,9 @@ def register(app: typer.Typer) -> None:
             except (GateFailed, ReleaseError) as e:
                 fail(str(e), code=1)
         typer.echo(f"released: {result['path']}", err=True)
+        if _outside_project(lake):  # dvc.lock and the data-v tags describe the project's lake/ only
+            typer.echo(f"not recorded or tagged: {lake} is not this checkout's lake/ (DVC tracks that one)", err=True)
+            return
         from flows.nightly import NightlyError, commit_and_tag, dvc_env, dvc_push, record_release
 
         try:  # dvc.lock records the release folder: `dvc status` stays clean (a tag pins it)
@@ -223,6 +248,7 @@ def register(app: typer.Typer) -> None:
         the run and releases nothing. Uses the Prefect server at PREFECT_API_URL when set, otherwise
         starts the project's own (state under .prefect/) with its scheduler and UI, and stops it on
         exit. `steptp lake status` shows the last scheduled run."""
+        _check_cron(cron)
         from flows.prefect_env import local_server
 
         os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO")  # the runs' progress on this console

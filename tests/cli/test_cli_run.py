@@ -104,3 +104,34 @@ def test_prefect_results_go_under_the_lake_the_command_builds(runner, monkeypatc
     seen.clear()
     assert runner.invoke(app, [*command, "--profile", "tiny", "--lake", str(lake)]).exit_code == 0
     assert seen == [str(tmp_path / "mine")]
+
+
+def test_serve_refuses_a_schedule_that_is_not_cron_in_one_line(runner, monkeypatch, tmp_path):
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect"))
+    result = runner.invoke(app, ["serve", "--cron", "61 * * * *"])
+    assert result.exit_code == 2
+    assert result.output.startswith("error: --cron '61 * * * *' is not a cron schedule")
+    assert len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "prefect" / "server.log").exists()
+
+
+def test_lake_status_without_a_lake_is_an_error(runner, tmp_path):
+    result = runner.invoke(app, ["lake", "status", "--lake", str(tmp_path / "nonexistent")])
+    assert result.exit_code == 2 and "no lake at" in result.output
+
+
+def test_lake_status_names_a_truncated_shard_and_exits_1(runner, tmp_path):
+    from flows.storage import write_shard
+
+    lake = tmp_path / "lake"
+    good = write_shard(lake, "programs", "a", [{"program_id": "p1", "workload": "matmul", "seed": 1}])
+    bad = lake / "programs" / "b.parquet"
+    bad.write_bytes(good.read_bytes()[:40])
+    result = runner.invoke(app, ["lake", "status", "--lake", str(lake), "--json"])
+    assert result.exit_code == 1, result.output
+    info = json.loads(result.output)
+    assert info["tables"]["programs"] == {"shards": 2, "rows": 1}
+    assert list(info["unreadable_shards"]) == [str(bad)]
+    table = runner.invoke(app, ["lake", "status", "--lake", str(lake)], env={"COLUMNS": "300"})
+    assert table.exit_code == 1 and f"unreadable shard (not counted): {bad}" in " ".join(table.output.split())

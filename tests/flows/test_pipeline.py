@@ -328,7 +328,7 @@ def test_a_damaged_release_is_listed_as_damaged_and_never_compared_against(tiny_
     (lake / "releases" / name / "CHANGELOG.md").unlink()
     (lake / "releases" / name / "data" / "train.parquet").write_bytes(b"half a file")
     status = CliRunner().invoke(app, ["lake", "status", "--lake", str(lake), "--json"])
-    assert status.exit_code == 0, status.output
+    assert status.exit_code == 1, status.output
     assert json.loads(status.output)["damaged_releases"] == {
         name: ["missing CHANGELOG.md", "1 file(s) differ from their sha256: data/train.parquet"]}
     table = CliRunner().invoke(app, ["lake", "status", "--lake", str(lake)])
@@ -591,3 +591,27 @@ def test_new_steps_are_verified_and_known_steps_reused(harness, tmp_path):
     assert after["verified"] == len(new) and after["reused"] == len(steps) - len(new)
     assert sorted(v["step_id"] for v in read_table(lake, "verifications").to_pylist()) == \
         sorted(s["step_id"] for s in steps)
+
+
+def test_a_release_of_another_lake_neither_records_nor_tags_this_checkout(tiny_lake, tmp_path, monkeypatch):
+    """`steptp release --version X --lake /elsewhere` used to commit dvc.lock and tag data-vX in the
+    project's checkout, which describe its own lake/ only."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    import flows.nightly
+    from cli.main import app
+
+    root, _ = tiny_lake
+    lake = tmp_path / "lake"
+    shutil.copytree(root / "lake", lake, ignore=shutil.ignore_patterns(".prefect-results"))
+    shutil.copytree(root / "reports", tmp_path / "reports")
+    touched = []
+    for name in ("record_release", "commit_and_tag", "dvc_push"):
+        monkeypatch.setattr(flows.nightly, name, lambda *a, _n=name, **k: touched.append(_n))
+    result = CliRunner().invoke(app, ["release", "--version", "0.3.0", "--profile", "tiny", "--lake", str(lake),
+                                      "--reports", str(tmp_path / "reports")])
+    assert result.exit_code == 0, result.output
+    assert (lake / "releases" / "v0.3.0" / "croissant.json").exists()
+    assert "not recorded or tagged" in result.output and touched == []
