@@ -81,6 +81,12 @@ def search_command(
         program = parse_program(text.strip())
     except LeirError as e:
         fail(f"{file}: {e}")
+    from leir.validate import validate
+
+    problems = validate(program, sig)
+    if problems:  # what `leir check` refuses has no speedup to find (a write to an input, unset memory)
+        fail(f"{file}: not a valid program for this signature ({problems[0].code}: {problems[0]}); "
+             "`steptp leir check` lists every problem")
     options = {}
     if policy is PolicyName.llm:
         from search.policies import LlmConfig

@@ -100,3 +100,15 @@ def test_option_values_are_checked_where_they_come_in(files, args):
     result = CliRunner().invoke(app, [a.format(**files) for a in args])
     assert result.exit_code == 2, result.output
     assert result.stdout.strip() == "" and "Traceback" not in result.output
+
+
+def test_search_refuses_an_original_that_leir_check_refuses(tmp_path):
+    """It used to say "best 1.00x, 4 states verified" and exit 0 for a program that writes its input."""
+    sig = tmp_path / "sig.json"
+    sig.write_text(json.dumps({"tensors": [{"name": "A", "shape": [64], "dtype": "float32", "role": "input"},
+                                           {"name": "C", "shape": [64], "dtype": "float32", "role": "output"}]}))
+    prog = tmp_path / "writes_input.leir"
+    prog.write_text("L^{64}_{a=0}[A^{f32,g}_{a}=A^{f32,g}_{a}*2;C^{f32,g}_{a}=A^{f32,g}_{a};];\n")
+    result = CliRunner().invoke(app, ["search", str(prog), "--signature", str(sig), "--budget", "2"])
+    assert result.exit_code == 2, result.output
+    assert "not a valid program for this signature (write-to-input" in result.output
