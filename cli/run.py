@@ -19,9 +19,11 @@ LakeOpt = Annotated[Path, typer.Option(help="The lake folder.")]
 ReportsOpt = Annotated[Path, typer.Option(help="Where reports (JSON metrics, PNG plots) go.")]
 
 
-def _params(profile: str | None):
+def _params(profile: str | None, check: bool = True):
     """params.yaml with the chosen profile; one line and exit 2 when it cannot be read or has no such
-    profile."""
+    profile, one line per problem and exit 2 when it does not fit its schema (`check`: skipped where a
+    parent command that checked it holds the lake, a stage of `steptp repro`: the check builds the
+    catalogue and sizes the pinned shapes, 8 s a process)."""
     import yaml
 
     from cli.common import read_text
@@ -40,7 +42,7 @@ def _params(profile: str | None):
         fail(f"unknown profile {name!r}; {PARAMS.name} has {', '.join(profiles)}")
     from flows.params_schema import check_params
 
-    problems = check_params(raw, PARAMS, text)
+    problems = check_params(raw, PARAMS, text) if check else []
     if problems:  # before any stage writes: a typo must never rewrite the lake
         fail(f"{PARAMS} is not valid ({len(problems)} problem{'s' * (len(problems) > 1)}); nothing was run:\n"
              + "\n".join(f"  {p}" for p in problems))
@@ -146,7 +148,9 @@ def register(app: typer.Typer) -> None:
         """Run one stage as a Prefect flow (what each DVC stage in dvc.yaml calls)."""
         if name not in STAGE_NAMES:
             fail(f"unknown stage {name!r}; stages: {', '.join(STAGE_NAMES)}")
-        params = _params(profile)
+        from flows.lake_guard import LOCK_ENV
+
+        params = _params(profile, check=os.environ.get(LOCK_ENV) != str(lake.resolve()))
         _results_in(lake)
         from flows.prefect_env import local_server
 
@@ -177,6 +181,7 @@ def register(app: typer.Typer) -> None:
         if subprocess.call([dvc_executable(), "status", "--quiet"], cwd=ROOT, env=env) == 0:
             typer.echo("Data and pipelines are up to date.", err=True)
             return
+        _params(None)  # the file checked once here: the stages dvc starts run under this command's lock
         from flows.prefect_env import local_server
 
         with _writer_of(ROOT / "lake", "steptp repro"), local_server():

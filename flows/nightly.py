@@ -36,6 +36,7 @@ from prefect.states import Completed  # noqa: E402
 
 from flows.config import PARAMS, ROOT, load_params, set_param  # noqa: E402
 from flows.lake_guard import lake_lock  # noqa: E402
+from flows.params_schema import check_params  # noqa: E402
 from flows.release import SEMVER, ReleaseError, next_version, parse_version, previous_versions  # noqa: E402
 from flows.storage import SCHEDULED_RUN_LOG  # noqa: E402
 
@@ -246,6 +247,10 @@ def nightly_build(push: bool = True) -> dict:
 def _build(push: bool) -> dict:
     log = get_run_logger()
     record = _start_record()
+    text = PARAMS.read_text()
+    problems = check_params(yaml.safe_load(text), PARAMS, text)
+    if problems:  # before dvc starts a stage (each skips the check under this run's lock)
+        raise NightlyError(f"{PARAMS} is not valid; nothing was run:\n" + "\n".join(problems))
     env = dvc_env()  # carries the lock (LOCK_ENV) to the stages dvc starts
     env["PREFECT_LOGGING_LEVEL"] = "WARNING"  # the stages' own Prefect chatter stays out of this run's log
     ensure_dvc(env)
