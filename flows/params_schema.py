@@ -265,7 +265,7 @@ class Profile(Strict):
     inline_branches: Count | None = None
     shard_workers: Count = 1
     leir_extensions: list[Literal["fast_exp"]] = []
-    min_parallel_work: Count = 8192
+    min_parallel_work: NonNegative = 8192  # 0: no bound
     token_states_per_family: NonNegative = 20
     steps_per_strategy: Count | None = None
     # Overrides of the sections of the same name: checked merged with them (check_params).
