@@ -129,6 +129,7 @@ def register(app: typer.Typer) -> None:
 
         with _writer_of(lake, "steptp run"), local_server():
             from flows.pipeline import GateFailed, gate_refusal, pipeline_flow
+            from flows.storage import StorageError
 
             task_runner = _task_runner(runner, address, workers)
             try:
@@ -141,6 +142,8 @@ def register(app: typer.Typer) -> None:
                     _run_with_runner(params, lake, reports, stop_after, task_runner)
             except GateFailed as e:  # the failed expectations, exit 1: a refusal, not a crash
                 fail(f"release refused by the gate:\n{e}", code=1)
+            except StorageError as e:  # a damaged shard: named, not a traceback
+                fail(str(e), code=1)
 
     @app.command("stage")
     def stage(name: Annotated[str, typer.Argument(help=f"One of: {', '.join(STAGE_NAMES)}.")],
@@ -157,12 +160,13 @@ def register(app: typer.Typer) -> None:
         with _writer_of(lake, f"steptp stage {name}"), local_server():
             from flows.pipeline import GateFailed, run_stage
             from flows.release import ReleaseError
+            from flows.storage import StorageError
 
             try:
                 result = run_stage(name, params, lake, reports)
             except GateFailed as e:
                 fail(f"release refused by the gate:\n{e}", code=1)
-            except ReleaseError as e:
+            except (ReleaseError, StorageError) as e:
                 fail(str(e), code=1)
         typer.echo(f"{name}: {result}", err=True)
 

@@ -176,8 +176,19 @@ def shards(lake: Path, table: str) -> list[Path]:
 
 def read_table(lake: Path, table: str) -> pa.Table:
     """All shards of a table as one Arrow table (empty, with the schema, when there are none)."""
-    parts = [pq.read_table(p, schema=TABLES[table].schema) for p in shards(lake, table)]
-    return pa.concat_tables(parts) if parts else TABLES[table].schema.empty_table()
+    schema = TABLES[table].schema
+    parts = []
+    for path in shards(lake, table):
+        try:
+            found = pq.read_schema(path)
+        except (OSError, pa.ArrowException) as exc:
+            raise StorageError(f"{path}: not a readable parquet shard of table {table!r}: {exc}") from exc
+        missing = [n for n in schema.names if n not in found.names]
+        if missing:  # pyarrow would read them as nulls: a shard that lost its LEIR would pass as empty LEIR
+            raise StorageError(f"{path}: shard of table {table!r} lacks column(s) {', '.join(missing)}; "
+                               "rebuild it with the stage that writes it")
+        parts.append(pq.read_table(path, schema=schema))
+    return pa.concat_tables(parts) if parts else schema.empty_table()
 
 
 def build_catalog(lake: Path) -> Path:

@@ -76,3 +76,24 @@ def test_a_steps_shard_that_schedules_a_loop_of_one_iteration_is_refused(tmp_pat
     report = check_release(read_table(lake, "samples").to_pandas(), released.to_pandas(), producible, params)
     assert not report.success
     assert any(f.startswith("steps.unit_loop_scheduled") for f in report.failures), report.failures
+
+
+def test_a_shard_that_lost_a_column_is_refused_by_name_not_read_as_nulls(tmp_path):
+    """Issue 43: a `steps` shard without its `after_leir` column was read as nulls (pyarrow fills a
+    column the file lacks) and passed the gate with no LEIR; now the stage names the file and the
+    columns and exits 1 (Prefect still logs the flow's traceback; the CLI's last word is the message)."""
+    import pyarrow.parquet as pq
+
+    lake, reports = tmp_path / "lake", tmp_path / "reports"
+    _refused_lake(lake)
+    shard = lake / "steps" / "all.parquet"
+    table = pq.read_table(shard)
+    pq.write_table(table.drop_columns(["after_leir"]), shard)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
+    result = subprocess.run([str(Path(sys.executable).with_name("steptp")), "stage", "validate", "--lake", str(lake),
+                             "--reports", str(reports)], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=300)
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out
+    assert f"{shard}: shard of table 'steps' lacks column(s) after_leir" in result.stderr, out
+    assert not (reports / "gate.json").exists()
