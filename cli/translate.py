@@ -77,7 +77,9 @@ def translate_files(
     "error", "notes", "sizes"}. A program too large to verify at the file's own sizes is verified on
     a shrunk instance (every input at most --max-elements elements); "sizes" then gives the input
     shapes of the emitted program and of the verified instance (and the constants changed), and
-    "same_structure" whether the two programs differ only in sizes (needed for "ok").
+    "same_structure" whether the two programs differ only in sizes (needed for "ok"). A tensor the
+    module builds in forward (`torch.tensor([...])`) is an input of the program, as a parameter is;
+    "constants" gives its values and "notes" says so.
 
     Each file runs in its own process, limited by --timeout and --memory: whatever one file raises,
     and a hang, an exit, a crash or memory exhaustion, becomes its record ("exception": {"type",
@@ -236,6 +238,10 @@ def translate_one(path: Path, assignments: list[str], max_elements: int | None, 
                                                      for k, v in problem.shrunk.items()}}
             record["same_structure"] = same
         record["leir"], record["signature"] = emitted.text, emitted.signature.to_json()
+        constants, notes = _constants_of(emitted, verified)
+        record["notes"] = [*record["notes"], *notes]
+        if constants:
+            record["constants"] = constants
         verification = _verify(verified, draws)
     except ITEM_ERRORS as e:  # one bad file never stops the batch: its error is its record
         record["error"] = str(e) if isinstance(e, LeirError) else f"{type(e).__name__}: {e}"
@@ -246,6 +252,27 @@ def translate_one(path: Path, assignments: list[str], max_elements: int | None, 
     record["error"] = verification.error or (None if same else "the program at the file's sizes differs from the "
                                              "verified instance in more than sizes (shrink less, or --at-size shrunk)")
     return record
+
+
+CONSTANT_VALUES_LISTED = 4096  # elements of a forward-built constant the record lists
+
+
+def _constants_of(emitted, verified) -> tuple[dict, list[str]]:
+    """The values (name -> nested lists, for those small enough to list) and a note per tensor the module
+    builds in `forward`: the program takes each as an input (the published order puts constants after
+    the inputs), so it equals the module only when called with these values; the verification draws
+    random ones, as it does for parameters."""
+    names = [t.name for t in emitted.signature.tensors if t.role == "input"]
+    built = [n for n in names if n in verified.constants] if emitted is verified else []
+    if not built and not verified.constants:
+        return {}, []
+    values = {n: verified.constants[n].tolist() for n in built if verified.constants[n].size <= CONSTANT_VALUES_LISTED}
+    notes = [f"input {n} is the {list(verified.constants[n].shape)} tensor the module builds in forward (a constant, "
+             "not a parameter): the program takes it as an input; call it with the values in 'constants'"
+             + ("" if n in values else f" (not listed: more than {CONSTANT_VALUES_LISTED} elements)")
+             for n in built] or [f"the module builds {len(verified.constants)} tensor(s) in forward; the program "
+                                 "takes them as inputs after the forward inputs (values at the verified sizes only)"]
+    return values, notes
 
 
 def _own_size(path: Path, overrides: dict, dtype: str | None):
@@ -269,7 +296,7 @@ def _own_size(path: Path, overrides: dict, dtype: str | None):
 # Each field of a record, with the types it may have: a result that does not fit is no record.
 RECORD_FIELDS = {"ok": (bool,), "leir": (str, type(None)), "signature": (dict, type(None)),
                  "verification": (dict,), "error": (str, type(None)), "notes": (list,), "sizes": (dict,),
-                 "same_structure": (bool,), "exception": (dict,), "cause": (str,)}
+                 "same_structure": (bool,), "exception": (dict,), "cause": (str,), "constants": (dict,)}
 
 
 def file_record(path: Path, result, timeout: float, memory: int) -> dict:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -51,6 +51,10 @@ class Translation:
     # PyTorch eager in the program's own floating dtype (None for float64 programs): its distance from
     # `reference` is what that dtype achieves on the inputs (gpu_tasks.verify, the originals' rule)
     reference_in_dtype: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None
+    # tensors the module builds in `forward` (`torch.tensor([...])`, a tensor attribute that is neither a
+    # parameter nor a buffer): inputs of the program after the forward inputs (the published order:
+    # inputs, constants, parameters), here with the values the module gives them (empty on `meta`)
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def text(self) -> str:
@@ -78,7 +82,9 @@ def translate(module: torch.nn.Module, inputs: Sequence, dtype: str | None = Non
     # on the meta device (a model at its own, possibly huge, sizes) there are shapes but no values
     examples = {} if any(x.is_meta for x in tensors) else \
         {r.name: _numpy(x) for r, x in zip(plan.inputs, tensors, strict=True)}
-    return Translation(program, signature, reference, examples, in_dtype)
+    constants = {} if any(x.is_meta for x in tensors) else \
+        {r.name: _numpy(t.to(torch.float64) if t.dtype.is_floating_point else t) for r, t in plan.constants}
+    return Translation(program, signature, reference, examples, in_dtype, constants)
 
 
 def _mutates(node: fx.Node) -> bool:

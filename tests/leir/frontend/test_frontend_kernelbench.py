@@ -237,3 +237,27 @@ def test_a_program_small_enough_is_still_verified_at_its_own_sizes():
     record = translate_one(PROBLEMS / "19_ReLU.py", ["batch_size=2", "dim=64"], None, "float64")
     assert record["ok"] and "sizes" not in record and record["notes"] == []
     assert record["signature"]["tensors"][0]["shape"] == [2, 64]
+
+
+# --- issue 43: tensors built in forward are said to be inputs, with their values -----------------------
+
+@pytest.mark.skipif(not have_verifier(), reason="TVM lowering not available")
+def test_a_tensor_built_in_forward_is_an_input_the_record_names_with_its_values(tmp_path):
+    """`torch.ones(n)` in forward is computed by the program (a constant 1); `torch.tensor([...])` cannot
+    be written in LEIR and becomes an input after the forward inputs (the published order: inputs,
+    constants, parameters). It was silent: the record now says so and gives the values to call it with."""
+    from cli.translate import translate_one
+
+    problem = tmp_path / "built_in_forward.py"
+    problem.write_text("import torch\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+                       "        return x * torch.ones(x.shape[0]) + torch.tensor([1.0, 2.0, 3.0, 4.0])\n\n"
+                       "def get_inputs():\n    return [torch.randn(4)]\n\ndef get_init_inputs():\n    return []\n")
+    record = translate_one(problem, [], None, "float32")
+    assert record["ok"], record
+    inputs = [t["name"] for t in record["signature"]["tensors"] if t["role"] == "input"]
+    assert len(inputs) == 2  # x, then the constant; torch.ones is no input
+    assert "=1;" in record["leir"].replace(" ", "")
+    assert record["constants"] == {inputs[1]: [1.0, 2.0, 3.0, 4.0]}
+    assert any(n.startswith(f"input {inputs[1]} is the [4] tensor the module builds in forward") for n in record["notes"])
+    plain = translate_one(PROBLEMS / "19_ReLU.py", ["batch_size=2", "dim=64"], None, "float64")
+    assert "constants" not in plain
