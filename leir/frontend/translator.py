@@ -80,9 +80,9 @@ def translate(module: torch.nn.Module, inputs: Sequence, dtype: str | None = Non
     in_dtype = None if own == torch.float64 else make_reference(module64, gm, plan, inputs64, own)
     tensors = [x for x in inputs64 if torch.is_tensor(x)]
     # on the meta device (a model at its own, possibly huge, sizes) there are shapes but no values
-    examples = {} if any(x.is_meta for x in tensors) else \
-        {r.name: _numpy(x) for r, x in zip(plan.inputs, tensors, strict=True)}
-    constants = {} if any(x.is_meta for x in tensors) else \
+    on_meta = any(x.is_meta for x in tensors)
+    examples = {} if on_meta else {r.name: _numpy(x) for r, x in zip(plan.inputs, tensors, strict=True)}
+    constants = {} if on_meta else \
         {r.name: _numpy(t.to(torch.float64) if t.dtype.is_floating_point else t) for r, t in plan.constants}
     return Translation(program, signature, reference, examples, in_dtype, constants)
 

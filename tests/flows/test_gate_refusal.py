@@ -30,13 +30,17 @@ def _refused_lake(lake):
         write_shard(lake, name, "all", rows)
 
 
+def _stage_validate(lake: Path, reports: Path) -> subprocess.CompletedProcess:
+    """`steptp stage validate` in its own process, without a Prefect API server."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
+    return subprocess.run([str(Path(sys.executable).with_name("steptp")), "stage", "validate", "--lake", str(lake),
+                           "--reports", str(reports)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
 def test_stage_validate_refusal_prints_the_failed_expectations_and_exits_1(tmp_path):
     lake, reports = tmp_path / "lake", tmp_path / "reports"
     _refused_lake(lake)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
-    result = subprocess.run([str(Path(sys.executable).with_name("steptp")), "stage", "validate", "--lake", str(lake),
-                             "--reports", str(reports)], cwd=ROOT, env=env, capture_output=True, text=True,
-                            timeout=300)
+    result = _stage_validate(lake, reports)
     out = result.stdout + result.stderr
     assert result.returncode == 1, out
     assert "Traceback" not in out and "Error logging to API" not in out and "connection" not in out.lower(), out
@@ -89,10 +93,7 @@ def test_a_shard_that_lost_a_column_is_refused_by_name_not_read_as_nulls(tmp_pat
     shard = lake / "steps" / "all.parquet"
     table = pq.read_table(shard)
     pq.write_table(table.drop_columns(["after_leir"]), shard)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
-    result = subprocess.run([str(Path(sys.executable).with_name("steptp")), "stage", "validate", "--lake", str(lake),
-                             "--reports", str(reports)], cwd=ROOT, env=env, capture_output=True, text=True,
-                            timeout=300)
+    result = _stage_validate(lake, reports)
     out = result.stdout + result.stderr
     assert result.returncode == 1, out
     assert f"{shard}: shard of table 'steps' lacks column(s) after_leir" in result.stderr, out
