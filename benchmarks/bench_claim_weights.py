@@ -1,12 +1,12 @@
 """The claim/effect contradictions of a release's resolved timed steps under other weights of the static
 estimate (strategies.analysis.cost.Estimate), without a rebuild:
 
-    python benchmarks/bench_claim_weights.py RELEASE_DIR --lake LAKE [--set latency=4 --set call=30 ...]
+    python benchmarks/bench_claim_weights.py RELEASE_DIR --lake LAKE [--set latency=4 --set latency=4,issue=2 ...]
 
 Each step's `benefit` claim is recomputed from its before and after programs as the CoT decides it
 (a figure improves and the weighed estimate drops by BENEFIT_WEIGHED); a step that loses its benefit
 claim is counted as `none` (the steps it enables are not recomputed here). Prints, for the project's
-weights and then each `--set` variant (one weight changed each), the contradictions (`benefit` with
+weights and then each `--set` variant (the weights it names changed), the contradictions (`benefit` with
 `slower`, or `none` with `faster` by 1.2x or more) of all resolved timed steps, the ratio to the 3%
 goal, and the claims that changed. The baseline row must reproduce bench_decisions.py's figure.
 """
@@ -53,7 +53,8 @@ def main() -> None:
     parser.add_argument("release", type=Path)
     parser.add_argument("--lake", type=Path, required=True, help="the lake the release was built from (targets)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                        help="an Estimate weight to try instead of the project's (repeatable: one row each)")
+                        help="Estimate weights to try instead of the project's, comma-separated "
+                             "(latency=4,issue=2); repeatable: one row each")
     args = parser.parse_args()
     con = duckdb.connect()
     rows = con.execute(f"""
@@ -65,10 +66,13 @@ def main() -> None:
              for s, claim, effect, sp, b, a, target in rows]
     variants = [("project's weights", ESTIMATE)]
     for item in args.set:
-        name, _, value = item.partition("=")
-        if name not in {f.name for f in dataclasses.fields(ESTIMATE)}:
-            parser.error(f"--set {item}: Estimate has no weight {name!r}")
-        variants.append((item, dataclasses.replace(ESTIMATE, **{name: type(getattr(ESTIMATE, name))(value)})))
+        changes = {}
+        for pair in item.split(","):
+            name, _, value = pair.partition("=")
+            if name not in {f.name for f in dataclasses.fields(ESTIMATE)}:
+                parser.error(f"--set {item}: Estimate has no weight {name!r}")
+            changes[name] = type(getattr(ESTIMATE, name))(value)
+        variants.append((item, dataclasses.replace(ESTIMATE, **changes)))
     for label, weights in variants:
         changed: dict[tuple, int] = {}
         bad = 0
