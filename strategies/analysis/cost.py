@@ -235,6 +235,8 @@ class Estimate:
     issue: float = 1.0            # independent operations a core completes per cycle
     loop_entry: float = 4.0       # entering an innermost loop (its set-up, the branch out of it)
     unrolled_extent: int = 4      # innermost loops this short are unrolled entirely: no entry of their own
+    unroll_budget: float = 300.0  # instructions of an innermost loop the compiler unrolls entirely
+    registers: int = 16           # accumulators an unrolled loop keeps in registers
     l1: float = 0.25              # a cache line from L1 (at most l1_bytes of data or reuse distance)
     l2: float = 2.0               # from L2 (at most l2_bytes)
     memory: float = 8.0           # from memory
@@ -311,25 +313,34 @@ def _statement_cycles(site, shapes, written_here: set[str], target: str, e: Esti
     if not site.loops:
         return 1.0
     # the innermost loop that is a loop: the lowering drops loops of one iteration
-    inner = next((lp for lp in reversed(site.loops) if lp.extent > 1), site.loops[-1])
+    loops = [lp for lp in site.loops if lp.extent > 1] or [site.loops[-1]]
+    inner = loops[-1]
     strides = {a: _known_strides(shapes.get(a.tensor), a) for a in dict.fromkeys([site.stmt.lhs,
                                                                                    *accesses(site.stmt.rhs)])}
-    along = {a: None if st is None or st.get(inner.var, 0) is None else abs(st.get(inner.var, 0))
-             for a, st in strides.items()}
-    chain = (inner.var in cost.reduction or carries_scan(site.stmt, inner.var)) and not inner.kind == "V"
+    along = {a: _stride_along(st, inner.var) for a, st in strides.items()}
+    chain = _carries(site, cost, inner)
     work, hoisted, calls = _weighted_work(site.stmt.rhs, e, inner.var)
     lanes = _lanes(site, inner, chain, all(v is not None and v <= 1 for v in along.values()), calls, e)
     serial = calls * e.call  # a call runs lane by lane in a vector loop; the rest of the work in its lanes
-    per = (serial + (work - serial + 1.0) / lanes) / e.issue
+    around = _unrolled_into(loops, chain, lanes, work, len(strides), e)
+    copies = inner.extent if around else 1
+    per = (serial + (work - serial + 1.0 / copies) / lanes) / e.issue
     if chain and lanes == 1:
         per = max(per, e.latency)
-    entry = 0.0 if inner.kind == "U" else e.loop_entry
+    elif around and _carries(site, cost, around):
+        per = max(per, e.latency / copies)  # `copies` independent chains along the loop around
+    entry = 0.0 if inner.kind == "U" or around else e.loop_entry
     cycles = (cost.executions * per + cost.executions / inner.extent * hoisted
               + cost.executions / _entered_every(site.loops, e) * entry)
+    if around:
+        cycles += cost.executions / (copies * around.extent) * e.loop_entry
     reuse = {r.tensor: r.distance for r in cost.reuse}
+    sharing = _set_sharing(along, copies, around, strides, e)
     for acc, step in along.items():
         if step == 0:
             continue  # the same element all along the innermost loop: a register
+        if around and _stride_along(strides[acc], around.var) == 0 and copies <= e.registers:
+            continue  # the unrolled copies' elements stay in registers all along the loop around
         shape = shapes.get(acc.tensor)
         nbytes = element_bytes(acc.dtype)
         level = _level(e, math.prod(shape) * nbytes if shape else math.inf)
@@ -338,7 +349,12 @@ def _statement_cycles(site, shapes, written_here: set[str], target: str, e: Esti
         if acc.tensor in written_here and acc != site.stmt.lhs:
             level = e.l1  # written by a statement before it in the same nest: still in cache
         lines = 1.0 if step is None or step * nbytes >= e.line_bytes else step * nbytes / e.line_bytes
-        uses = _line_uses(site, inner, strides[acc], nbytes, e) if lines == 1.0 and step else 1
+        uses = 1
+        if lines == 1.0 and step:
+            if inner.extent * sharing.get(acc, 1) > _l1_lines(step * nbytes, e):
+                level = max(level, e.l2)  # its lines evict each other before the loop around reads them again
+            else:
+                uses = _line_uses(site, inner, strides[acc], nbytes, e)
         if uses > 1:  # the innermost loop's lines stay in L1 for the next iterations of the loop around it
             cycles += cost.executions * (e.l1 + level / uses)
             continue
@@ -348,6 +364,32 @@ def _statement_cycles(site, shapes, written_here: set[str], target: str, e: Esti
         starts = math.prod(lp.extent for lp in site.loops[:first])
         cycles = cycles / min(cost.parallel, e.cores) + starts * e.parallel_start
     return cycles
+
+
+def _stride_along(strides: dict | None, var: str) -> int | None:
+    if strides is None or strides.get(var, 0) is None:
+        return None
+    return abs(strides.get(var, 0))
+
+
+def _carries(site, cost: StatementCost, loop: Loop) -> bool:
+    """Whether `loop` carries a serial dependence of the statement (its reduction, or a scan)."""
+    return (loop.var in cost.reduction or carries_scan(site.stmt, loop.var)) and loop.kind != "V"
+
+
+def _unrolled_into(loops: list[Loop], chain: bool, lanes: int, work: float, n_accesses: int,
+                   e: Estimate) -> Loop | None:
+    """The loop around the innermost one when the compiler unrolls the innermost entirely (a serial
+    loop that neither vectorises nor carries a chain, whose unrolled body stays within
+    `e.unroll_budget` instructions): its copies then run side by side in each iteration of the loop
+    around, an accumulator that loop does not move stays in a register, and a chain that loop carries
+    is `extent` independent chains. None when it is not unrolled."""
+    inner = loops[-1]
+    if len(loops) < 2 or inner.kind in ("V", "P", "U") or chain or lanes > 1:
+        return None
+    if inner.extent * (work + 2 * n_accesses + 2) > e.unroll_budget:
+        return None
+    return loops[-2]
 
 
 def _entered_every(loops: tuple[Loop, ...], e: Estimate) -> int:
@@ -372,14 +414,30 @@ def _known_strides(shape, acc: Access) -> dict[str, int | None] | None:
     return {**known, **dict.fromkeys(sorted(opaque))}
 
 
+def _set_sharing(along: dict, copies: int, around, strides: dict, e: Estimate) -> dict:
+    """Per access strided by a line or more along the innermost loop: how many such accesses of the
+    statement walk the same few L1 sets (the same stride: tensors allocated page-aligned start in the
+    same set), so that their lines evict each other."""
+    key = {}
+    for acc, step in along.items():
+        if step and (not around or _stride_along(strides[acc], around.var) != 0 or copies > e.registers):
+            nbytes = element_bytes(acc.dtype)
+            if step * nbytes >= e.line_bytes:
+                key[acc] = step * nbytes
+    counts = {}
+    for k in key.values():
+        counts[k] = counts.get(k, 0) + 1
+    return {acc: counts[k] for acc, k in key.items()}
+
+
 def _line_uses(site, inner: Loop, strides: dict | None, nbytes: int, e: Estimate) -> float:
-    """For an access strided by a line or more along the innermost loop `inner`: how many iterations of
-    the loop around `inner` use each line it brings in, when the lines `inner` touches fit in L1 (a
+    """For an access strided by a line or more along the innermost loop `inner` whose lines fit in L1
+    together: how many iterations of the loop around `inner` use each line it brings in (a
     reorder that puts a short loop innermost over a strided access pays a line once per line, not once
     per element, as long as the loop around it walks along the line). 1: no such reuse."""
     loops = [lp for lp in site.loops if lp.extent > 1]
     k = next((i for i, lp in enumerate(loops) if lp is inner), 0)
-    if strides is None or not k or inner.extent > _l1_lines(abs(strides.get(inner.var, 0)) * nbytes, e):
+    if strides is None or not k:
         return 1
     outer = loops[k - 1]
     if strides.get(outer.var, 0) is None:

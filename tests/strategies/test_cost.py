@@ -131,3 +131,24 @@ def test_a_vector_loop_runs_its_calls_lane_by_lane_and_the_rest_in_its_lanes():
     vector = ("L^{512}_{a=0}L^{96}_{d=0}V^{8}_{c=0}[G^{f32,g}_{a,c}=G^{f32,g}_{a,c}+exp(A^{f32,g}_{a,d*8+c}-E^{f32,g}_{a})*3;];"
               "L^{512}_{a=0}L^{8}_{c=0}[F^{f32,g}_{a}=F^{f32,g}_{a}+G^{f32,g}_{a,c};];")
     assert cycles(scalar) / 1.1 > cycles(vector) > cycles(scalar) / 2  # the calls still dominate
+
+
+def test_a_short_spatial_loop_moved_inside_a_chain_is_unrolled_into_independent_chains():
+    # D[tx,a] += A[tx,c]*C[a,c]: with c innermost each update waits for the last (one chain); with the
+    # 16 rows of tx innermost the compiler unrolls them, and the c loop around carries 16 chains side by
+    # side whose accumulators stay in registers
+    chain = "B^{16}_{tx=0}L^{64}_{a=0}L^{256}_{c=0}[D^{f32,g}_{tx,a}=D^{f32,g}_{tx,a}+A^{f32,g}_{tx,c}*C^{f32,g}_{a,c};];"
+    rows = "L^{64}_{a=0}L^{256}_{c=0}B^{16}_{tx=0}[D^{f32,g}_{tx,a}=D^{f32,g}_{tx,a}+A^{f32,g}_{tx,c}*C^{f32,g}_{a,c};];"
+    assert cycles(rows) < 0.8 * cycles(chain)
+    # 64 rows are too many to unroll: each update loads and stores its accumulator, a line apart
+    chain64 = chain.replace("B^{16}", "B^{64}").replace("L^{256}", "L^{64}")
+    rows64 = rows.replace("B^{16}", "B^{64}").replace("L^{256}", "L^{64}")
+    assert cycles(rows64) > 1.1 * cycles(chain64)
+
+
+def test_strided_accesses_with_one_stride_evict_each_others_lines():
+    # D[tx,a] and A[tx,c] are both 512 bytes apart along tx: 64 lines each in the same 8 sets of L1
+    # (64 lines), so together they evict each other and come from L2, though each tensor fits in L1
+    one = "L^{128}_{a=0}L^{128}_{c=0}B^{64}_{tx=0}[D^{f32,g}_{tx,a}=D^{f32,g}_{tx,a}+A^{f32,g}_{c,tx}*C^{f32,g}_{c,a};];"
+    two = "L^{128}_{a=0}L^{128}_{c=0}B^{64}_{tx=0}[D^{f32,g}_{tx,a}=D^{f32,g}_{tx,a}+A^{f32,g}_{tx,c}*C^{f32,g}_{c,a};];"
+    assert cycles(two) > 1.5 * cycles(one)
