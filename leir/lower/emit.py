@@ -9,62 +9,72 @@ from __future__ import annotations
 
 import keyword
 
+from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from leir.lower.expr import ExprLowering, identity_value, storage_dtype, stored, tvm_dtype
+from leir.lower.expr import ExprLowering, identity_value, index_dtype, index_shape, storage_dtype, stored, tvm_dtype
 from leir.lower.planner import Plan, PLoop, PStore
 from leir.signature import Signature
 
 _LOOP_FRAMES = {"serial": T.serial, "parallel": T.parallel, "vectorized": T.vectorized, "unroll": T.unroll}
 
 
+def plan_index_dtype(plan: Plan) -> str:
+    """int32 subscripts and loop variables, int64 where a tensor of the plan needs them."""
+    return index_dtype(info.shape for info in plan.tensors.values())
+
+
 def emit_primfunc(plan: Plan, signature: Signature):
+    ix = plan_index_dtype(plan)
     with IRBuilder() as ib:
         with T.prim_func():
             T.func_name("main")
             T.func_attr({"tirx.noalias": True})
             buffers = {}
             for spec in signature.tensors:  # argument order = signature order
-                buffers[spec.name] = T.arg(spec.name, T.buffer(spec.shape, spec.dtype))
+                buffers[spec.name] = T.arg(spec.name, T.buffer(index_shape(spec.shape, ix), spec.dtype))
             for name in plan.top_allocs:
-                buffers[name] = _alloc(plan, name)
+                buffers[name] = _alloc(plan, name, ix)
             for item in plan.items:
-                _emit(item, plan, buffers, {})
+                _emit(item, plan, buffers, {}, ix)
     return ib.get()
 
 
-def _alloc(plan: Plan, name: str):
+def _alloc(plan: Plan, name: str, ix: str):
     info = plan.tensors[name]
-    buf = T.alloc_buffer(info.shape, storage_dtype(info.dtype), scope=plan.scopes[name])
+    buf = T.alloc_buffer(index_shape(info.shape, ix), storage_dtype(info.dtype), scope=plan.scopes[name])
     IRBuilder.name(name, buf)
     return buf
 
 
-def _emit(item, plan: Plan, buffers: dict, env: dict) -> None:
+def _emit(item, plan: Plan, buffers: dict, env: dict, ix: str) -> None:
     if isinstance(item, PStore):
-        _emit_store(item, buffers, env)
+        _emit_store(item, buffers, env, ix)
         return
-    with loop_frame(item) as var:
+    with loop_frame(item, ix) as var:
         IRBuilder.name(python_name(item.var), var)
         inner_env = {**env, item.var: var}
         inner_buffers = buffers
         if item.allocs:
-            inner_buffers = {**buffers, **{n: _alloc(plan, n) for n in item.allocs}}
+            inner_buffers = {**buffers, **{n: _alloc(plan, n, ix) for n in item.allocs}}
         for b in item.body:
-            _emit(b, plan, inner_buffers, inner_env)
+            _emit(b, plan, inner_buffers, inner_env, ix)
 
 
-def loop_frame(loop: PLoop):
-    stop = loop.start + loop.extent
+def loop_frame(loop: PLoop, ix: str = "int32"):
+    """The loop's frame; its variable is of the subscripts' dtype `ix`."""
+    start, stop = loop.start, loop.start + loop.extent
+    if ix != "int32":
+        start, stop = tirx.const(start, ix), tirx.const(stop, ix)
     if loop.kind == "thread":
-        return T.thread_binding(loop.start, stop, thread=loop.thread)
-    return _LOOP_FRAMES[loop.kind](loop.start, stop)
+        return T.thread_binding(start, stop, thread=loop.thread)
+    return _LOOP_FRAMES[loop.kind](start, stop)
 
 
-def _emit_store(store: PStore, buffers: dict, env: dict) -> None:
+def _emit_store(store: PStore, buffers: dict, env: dict, ix: str) -> None:
     buf = buffers[store.lhs.tensor]
-    lower = ExprLowering(buffers, env, tvm_dtype(store.lhs.dtype), store.where)
+    lower = ExprLowering(buffers, env, tvm_dtype(store.lhs.dtype), store.where, ix)
     if store.identity is not None:
         value = identity_value(store.identity, str(buf.dtype))
     else:
@@ -84,6 +94,7 @@ def emit_unit_primfunc(plan: Plan, signature: Signature, items: tuple, args: tup
     its arguments are the tensors named in `args` (known tensors and the intermediates it shares with
     other units, as global buffers), and it allocates the intermediates in `local` itself, as the
     whole program's function does."""
+    ix = plan_index_dtype(plan)
     with IRBuilder() as ib:
         with T.prim_func():
             T.func_name(name)
@@ -92,12 +103,12 @@ def emit_unit_primfunc(plan: Plan, signature: Signature, items: tuple, args: tup
             for arg in args:
                 spec = signature.get(arg)
                 if spec is not None:
-                    buffers[arg] = T.arg(arg, T.buffer(spec.shape, spec.dtype))
+                    buffers[arg] = T.arg(arg, T.buffer(index_shape(spec.shape, ix), spec.dtype))
                 else:
                     info = plan.tensors[arg]
-                    buffers[arg] = T.arg(arg, T.buffer(info.shape, storage_dtype(info.dtype)))
+                    buffers[arg] = T.arg(arg, T.buffer(index_shape(info.shape, ix), storage_dtype(info.dtype)))
             for tensor in local:
-                buffers[tensor] = _alloc(plan, tensor)
+                buffers[tensor] = _alloc(plan, tensor, ix)
             for item in items:
-                _emit(item, plan, buffers, {})
+                _emit(item, plan, buffers, {}, ix)
     return ib.get()

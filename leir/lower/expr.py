@@ -23,7 +23,8 @@ Typing rules (deterministic, and equal to PyTorch's wherever a program has one d
 - a comparison of two pure index expressions (integers and loop indices only) compares integers;
   otherwise its literals and indices take the promoted dtype of the tensors it compares, so that
   `A_{i}==j` with an int64 `A` compares int64 even in a float16 statement;
-- subscripts are int32 index arithmetic; an access inside a subscript (a gather) is cast to int32.
+- subscripts are int32 index arithmetic (int64 in a program with a tensor of more than 2^31-1
+  elements); an access inside a subscript (a gather) is cast to that dtype.
 """
 from __future__ import annotations
 
@@ -38,6 +39,19 @@ from leir.dtypes import CODE_TO_TORCH
 from leir.lower.check import LoweringError
 
 INDEX_DTYPE = "int32"
+INT32_MAX = 2**31 - 1
+
+
+def index_dtype(shapes) -> str:
+    """The dtype of loop variables and subscripts of a program whose tensors have `shapes`: int32, as
+    TVM's own default, unless a tensor has more elements than int32 counts (its flattened offset
+    `a*65536+b` would wrap)."""
+    return "int64" if any(math.prod(s) > INT32_MAX for s in shapes) else INDEX_DTYPE
+
+
+def index_shape(shape, dtype: str):
+    """A buffer shape whose extents are of the subscripts' dtype."""
+    return list(shape) if dtype == INDEX_DTYPE else [tirx.const(d, dtype) for d in shape]
 _COMPARE = {"<": tirx.LT, "<=": tirx.LE, ">": tirx.GT, ">=": tirx.GE, "==": tirx.EQ, "!=": tirx.NE}
 _MATH = {"exp": tirx.exp, "log": tirx.log, "sqrt": tirx.sqrt, "erf": tirx.erf}
 
@@ -263,8 +277,9 @@ class ExprLowering:
     (`("index", e)`, `("value", e, lit)`, `("cond", c)`, lowered left to right) and a function that
     combines their results."""
 
-    def __init__(self, buffers: dict, env: dict, lhs_dtype: str, where: str):
+    def __init__(self, buffers: dict, env: dict, lhs_dtype: str, where: str, index_dtype: str = INDEX_DTYPE):
         self.buffers, self.env, self.lhs_dtype, self.where = buffers, env, lhs_dtype, where
+        self.index_dtype = index_dtype
 
     def fail(self, what: str):
         raise LoweringError(f"{self.where}: {what}")
@@ -315,13 +330,13 @@ class ExprLowering:
     def _plan_index(self, e):
         match e:
             case Num(value=v) if isinstance(v, int):
-                return tirx.const(v, INDEX_DTYPE)
+                return tirx.const(v, self.index_dtype)
             case Var(name=n):
                 return self.var(n)
-            case Access():
-                return self._plan_load(e, lambda x: cast(x, INDEX_DTYPE))  # a gather: the element is an index
+            case Access():  # a gather: the element is an index
+                return self._plan_load(e, lambda x: cast(x, self.index_dtype))
             case Neg(operand=a):
-                return [("index", a)], lambda x: tirx.const(0, INDEX_DTYPE) - x
+                return [("index", a)], lambda x: tirx.const(0, self.index_dtype) - x
             case BinOp(op="+" | "-" | "*" | "//" | "%" as op, lhs=a, rhs=b):
                 return [("index", a), ("index", b)], _INDEX_OPS[op]
         self.fail(f"not an integer index expression: {_text(e)}")

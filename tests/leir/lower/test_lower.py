@@ -271,3 +271,23 @@ def _map_nest(nest, fn):
     from leir.ast import Nest, Stmt
 
     return Nest(nest.loops, tuple(fn(i) if isinstance(i, Stmt) else _map_nest(i, fn) for i in nest.body))
+
+
+@pytest.mark.parametrize("form", ["plain", "tensorir"])
+def test_a_tensor_of_more_than_2_31_elements_gets_int64_subscripts_and_others_keep_int32(form):
+    # a 65536 x 65536 tensor's flattened offset a*65536+b wraps in int32: its loops, shapes and subscripts
+    # (a gather's index too) are int64; a program of ordinary tensors keeps TVM's int32
+    big = ("L^{65536}_{a=0}L^{65536}_{b=0}[C^{f32,g}_{a,b}=A^{f32,g}_{a,b}*2;];"
+           "L^{4}_{a=0}[D^{f32,g}_{a}=C^{f32,g}_{I^{i32,g}_{a},a};];")
+    signature = {"tensors": [{"name": "A", "shape": [65536, 65536], "dtype": "float32", "role": "input"},
+                             {"name": "I", "shape": [4], "dtype": "int32", "role": "input"},
+                             {"name": "D", "shape": [4], "dtype": "float32", "role": "output"}]}
+    script = lower_to_script(big, signature, form=form)
+    assert 'A: T.Buffer((T.int64(65536), T.int64(65536)), "float32")' in script
+    assert "T.grid(T.int64(65536), T.int64(65536))" in script and "T.int64(4)" in script
+    assert "T.Cast(\"int64\", I_1" in script  # the int32 gather index widened
+    build(big, signature, form=form)  # compiles: no int32/int64 mix left for TVM to refuse
+    small = "L^{64}_{a=0}L^{64}_{b=0}[C^{f32,g}_{a,b}=A^{f32,g}_{a,b}*2;];"
+    small_sig = {"tensors": [{"name": "A", "shape": [64, 64], "dtype": "float32", "role": "input"},
+                             {"name": "C", "shape": [64, 64], "dtype": "float32", "role": "output"}]}
+    assert "int64" not in lower_to_script(small, small_sig, form=form)
