@@ -13,7 +13,9 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
+from leir.analysis import expression_depth
 from leir.lower.expr import ExprLowering, identity_value, index_dtype, index_shape, storage_dtype, stored, tvm_dtype
+from leir.lower.ieee import emit_faithful
 from leir.lower.planner import Plan, PLoop, PStore
 from leir.signature import Signature
 
@@ -78,9 +80,13 @@ def _emit_store(store: PStore, buffers: dict, env: dict, ix: str) -> None:
     if store.identity is not None:
         value = identity_value(store.identity, str(buf.dtype))
     else:
-        value = lower.value(store.rhs)
+        value = emit_faithful(lower.value(store.rhs), _local_cell, expression_depth(store.rhs))
     indices = [lower.index(i) for i in store.lhs.indices]
     T.buffer_store(buf, stored(value, str(buf.dtype)), indices)
+
+
+def _local_cell(shape, dtype: str):
+    return T.alloc_buffer(shape, dtype, scope="local")
 
 
 def python_name(name: str) -> str:

@@ -405,6 +405,8 @@ class ExprLowering:
         if dt == "bool":
             dt = "int32"  # arithmetic on booleans counts in integers
         x, y = cast(x, dt), cast(y, dt)
+        if op in _FLOAT_NODES and is_float(dt):  # the node itself: the operators fold `x*0` to 0 (leir.lower.ieee)
+            return self.settle(_FLOAT_NODES[op](x, y), lit)
         if op == "+":
             return self.settle(x + y, lit)
         if op == "-":
@@ -510,6 +512,7 @@ class ExprLowering:
         return [("value", a, lit), ("value", b, lit)], compare
 
 
+_FLOAT_NODES = {"+": tirx.Add, "-": tirx.Sub, "*": tirx.Mul}
 _INDEX_OPS = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y,
               "//": tirx.floordiv, "%": tirx.floormod}
 

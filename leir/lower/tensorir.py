@@ -17,9 +17,11 @@ from tvm import ir, tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
+from leir.analysis import expression_depth
 from leir.lower.blocks import OPAQUE, REDUCTION, SCAN, SPATIAL, BlockPlan
 from leir.lower.emit import loop_frame, plan_index_dtype, python_name
 from leir.lower.expr import ExprLowering, identity_value, index_shape, storage_dtype, stored, tvm_dtype
+from leir.lower.ieee import emit_faithful
 from leir.lower.planner import Plan, PLoop, PStore
 from leir.signature import Signature
 
@@ -38,7 +40,8 @@ def emit_tensorir(plan: Plan, blocks: BlockPlan, signature: Signature):
             with T.sblock("root"):
                 for name, info in plan.tensors.items():
                     if not info.known:
-                        buf = T.sblock_alloc_buffer(index_shape(info.shape, ix), storage_dtype(info.dtype), scope=plan.scopes[name])
+                        buf = T.sblock_alloc_buffer(index_shape(info.shape, ix), storage_dtype(info.dtype),
+                                                    scope=plan.scopes[name])
                         IRBuilder.name(name, buf)
                         buffers[name] = buf
                 for item in plan.items:
@@ -56,6 +59,10 @@ def _emit(item, blocks: BlockPlan, buffers: dict, loops: dict, ix: str) -> None:
         inner = loops if item.wrapper else {**loops, item.var: (item, var)}
         for b in item.body:
             _emit(b, blocks, buffers, inner, ix)
+
+
+def _local_cell(shape, dtype: str):
+    return T.sblock_alloc_buffer(shape, dtype, scope="local")
 
 
 def _emit_block(store: PStore, blocks: BlockPlan, buffers: dict, loops: dict[str, tuple[PLoop, object]],
@@ -76,5 +83,8 @@ def _emit_block(store: PStore, blocks: BlockPlan, buffers: dict, loops: dict[str
         if spec.init is not None:
             with T.init():
                 T.buffer_store(buf, identity_value(spec.init, dtype), indices)
-        value = identity_value(store.identity, dtype) if store.is_fill else lower.value(store.rhs)
+        if store.is_fill:
+            value = identity_value(store.identity, dtype)
+        else:
+            value = emit_faithful(lower.value(store.rhs), _local_cell, expression_depth(store.rhs))
         T.buffer_store(buf, stored(value, dtype), indices)

@@ -209,3 +209,19 @@ def test_a_program_that_reads_memory_never_written_is_invalid_on_either_side(uns
     assert "uninitialised-read" in after.error and "rejected before building" in after.error
     assert verify_pair(unset, VEC_DOUBLE, VEC_SIG).status == "invalid"
     assert verify_pair(VEC_DOUBLE, VEC_DOUBLE, VEC_SIG).status == "exact"
+
+
+IEEE_SIG = {"tensors": [{"name": "A", "shape": [64], "dtype": "float32", "role": "input"},
+                        {"name": "C", "shape": [64], "dtype": "float32", "role": "output"}]}
+TWICE = "L^{64}_{a=0}[C^{f32,g}_{a}=A^{f32,g}_{a}*2;];"
+
+
+@pytest.mark.parametrize("after", [
+    "L^{64}_{a=0}[C^{f32,g}_{a}=A^{f32,g}_{a}*2+log(A^{f32,g}_{a})*0;];",       # NaN where A < 0
+    "L^{64}_{a=0}[C^{f32,g}_{a}=A^{f32,g}_{a}*2+10000000000.0-10000000000.0;];",  # rounded to 1024s
+], ids=["times-zero", "add-subtract"])
+def test_arithmetic_that_ieee_computes_differently_is_a_mismatch_not_folded_to_exact(after):
+    # TVM's simplifier folded both to A*2 (exact); the before-program does not restrict A's sign, so
+    # the after-program's log sees negative draws too
+    assert verify_pair(TWICE, after, IEEE_SIG).status == "mismatch"
+

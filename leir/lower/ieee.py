@@ -1,0 +1,175 @@
+"""Float arithmetic as IEEE 754 computes it, not as TVM's simplifier rewrites it.
+
+TVM's simplifier treats float arithmetic as real arithmetic: it folds `x*0` to 0 (NaN for an infinite
+or NaN `x`), `x-x` to 0, `(x+c)-c` and `(x+y)-y` to `x` (rounding lost), at construction and again in
+the compile pipeline; LLVM, without fast-math, computes each as written. A statement whose value the
+simplifier would change is emitted with each of its loads and float literals bound to a variable of
+its own (a TIR `Bind` before the store; a literal through a one-element local buffer): the simplifier
+does not look through a variable bound to a load, two bindings of one load are two variables it
+cannot cancel, and LLVM still loads once, keeps the literal a constant and computes the operations as
+the program writes them. Every other statement is emitted as before.
+"""
+from __future__ import annotations
+
+import numpy as np
+from tvm import tirx
+from tvm.ir.expr import Call, TensorLoad
+from tvm.ir.prim.expr import FloatImm
+from tvm.sym import Analyzer
+
+from leir.lower.expr import dtype_of, is_float
+
+_BINARY = (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div, tirx.Mod, tirx.FloorDiv, tirx.FloorMod, tirx.Min,
+           tirx.Max, tirx.EQ, tirx.NE, tirx.LT, tirx.LE, tirx.GT, tirx.GE, tirx.And, tirx.Or)
+
+
+def _rebuild(expr, leaf):
+    """`expr` with each load and float literal replaced by `leaf(node)`, the rest rebuilt as it is
+    (operands left to right)."""
+    if isinstance(expr, TensorLoad | FloatImm):
+        return leaf(expr)
+    if isinstance(expr, _BINARY):
+        return type(expr)(_rebuild(expr.a, leaf), _rebuild(expr.b, leaf))
+    if isinstance(expr, tirx.Not):
+        return tirx.Not(_rebuild(expr.a, leaf))
+    if isinstance(expr, tirx.Cast):
+        return tirx.Cast(dtype_of(expr), _rebuild(expr.value, leaf))
+    if isinstance(expr, tirx.Select):
+        return tirx.Select(_rebuild(expr.condition, leaf), _rebuild(expr.true_value, leaf),
+                           _rebuild(expr.false_value, leaf))
+    if isinstance(expr, Call):
+        return Call(expr.op, [_rebuild(a, leaf) for a in expr.args], expr.attrs, expr.ty_args, None, expr.ty)
+    return expr  # loop variables, integer literals
+
+
+def simplifier_rewrites(value) -> bool:
+    """Whether TVM's simplifier changes `value` beyond its subscripts: each distinct load stands for a
+    variable (so `A[a]-A[a]` is seen as `x-x`), literals stay as they are."""
+    names: dict[str, tirx.Var] = {}
+
+    def load_var(node):
+        if isinstance(node, FloatImm):
+            return node
+        key = str(node)
+        return names.setdefault(key, tirx.Var(f"v{len(names)}", dtype_of(node)))
+
+    skeleton = _without_identities(_rebuild(value, load_var))
+    return _operations(Analyzer().simplify(skeleton)) != _operations(skeleton)
+
+
+_NUMPY = {"float16": np.float16, "float32": np.float32, "float64": np.float64}
+_FOLD = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}
+
+
+def _without_identities(expr):
+    """`expr` without float `x+0`, `0+x`, `x-0`, `x*1`, `1*x`, `x/1`, and with an operation of two
+    literals computed: folding those is exact (up to the sign of a zero, which compares equal), so they
+    do not call for bindings (a reduction's `0+C`, a mean's `1/97`)."""
+    def literal(n, v):
+        return isinstance(n, FloatImm) and float(n.value) == v
+
+    if isinstance(expr, tirx.Add | tirx.Sub | tirx.Mul | tirx.Div) and is_float(dtype_of(expr)):
+        a, b = _without_identities(expr.a), _without_identities(expr.b)
+        if isinstance(expr, tirx.Add) and (literal(a, 0.0) or literal(b, 0.0)):
+            return b if literal(a, 0.0) else a
+        if isinstance(expr, tirx.Sub) and literal(b, 0.0):
+            return a
+        if isinstance(expr, tirx.Mul) and (literal(a, 1.0) or literal(b, 1.0)):
+            return b if literal(a, 1.0) else a
+        if isinstance(expr, tirx.Div) and literal(b, 1.0):
+            return a
+        if isinstance(a, FloatImm) and isinstance(b, FloatImm) and dtype_of(expr) in _NUMPY:
+            # two literals: folding computes the one IEEE operation the program asks for
+            kind = _NUMPY[dtype_of(expr)]
+            with np.errstate(all="ignore"):
+                folded = _FOLD[type(expr).__name__](kind(a.value), kind(b.value))
+            return tirx.const(float(folded), dtype_of(expr))
+        return type(expr)(a, b)
+    if isinstance(expr, _BINARY):
+        return type(expr)(_without_identities(expr.a), _without_identities(expr.b))
+    if isinstance(expr, tirx.Not):
+        return tirx.Not(_without_identities(expr.a))
+    if isinstance(expr, tirx.Cast):
+        return tirx.Cast(dtype_of(expr), _without_identities(expr.value))
+    if isinstance(expr, tirx.Select):
+        return tirx.Select(*(_without_identities(x) for x in (expr.condition, expr.true_value, expr.false_value)))
+    if isinstance(expr, Call):
+        return Call(expr.op, [_without_identities(a) for a in expr.args], expr.attrs, expr.ty_args, None, expr.ty)
+    return expr
+
+
+_MIRRORED = {"GT": "LT", "GE": "LE"}
+
+
+def _operations(expr) -> list[str]:
+    """The multiset of `expr`'s nodes (kind, dtype, literal value), sorted: what a fold changes (it
+    drops an operation or a leaf, or merges literals), not what a canonical reordering does
+    (`x > 0` printed as `0 < x`, operands swapped)."""
+    out, stack = [], [expr]
+    while stack:
+        n = stack.pop()
+        kind = type(n).__name__
+        if isinstance(n, FloatImm):
+            out.append(f"{dtype_of(n)}:{float(n.value)!r}")
+            continue
+        if isinstance(n, tirx.Var):
+            out.append(f"var:{n.name}")
+            continue
+        if is_float(dtype_of(n)) or isinstance(n, Call | tirx.EQ | tirx.NE | tirx.LT | tirx.LE | tirx.GT | tirx.GE):
+            # integer and boolean arithmetic folds exactly (`a-1 < 0` is `a < 1`); float operations,
+            # calls and comparisons are what IEEE computes
+            out.append(f"{_MIRRORED.get(kind, kind)}:{dtype_of(n)}" + (f":{n.op.name}" if isinstance(n, Call) else ""))
+        if isinstance(n, _BINARY):
+            stack += [n.a, n.b]
+        elif isinstance(n, tirx.Not):
+            stack.append(n.a)
+        elif isinstance(n, tirx.Cast):
+            stack.append(n.value)
+        elif isinstance(n, tirx.Select):
+            stack += [n.condition, n.true_value, n.false_value]
+        elif isinstance(n, Call):
+            stack += list(n.args)
+    return sorted(out)
+
+
+def bind_leaves(value) -> tuple[list[tuple[tirx.Var, object]], object]:
+    """(bindings, value): each load and float literal of `value`, left to right, bound to a variable
+    of its own, and `value` over those variables."""
+    bindings: list[tuple[tirx.Var, object]] = []
+
+    def bind(node):
+        var = tirx.Var(f"ieee{len(bindings)}", dtype_of(node))
+        bindings.append((var, node))
+        return var
+
+    return bindings, _rebuild(value, bind)
+
+
+# Deeper statements are emitted as they are: the check and the bindings recurse over the expression
+# (the 10,000-deep sums that lowering accepts), and so does TVM's simplifier.
+CHECKED_DEPTH = 200
+
+
+def emit_faithful(value, alloc, depth: int):
+    """`value` as the statement's store should use it: where the simplifier would rewrite it, over its
+    leaves bound to variables of their own (Let expressions around it). A literal is bound to a load of
+    a one-element local buffer holding it, stored here (`alloc(shape, dtype)` allocates one in the
+    current frame): a bound constant, or any pure value, is substituted back and folded, a load is
+    not; LLVM turns the buffer back into the constant."""
+    if depth > CHECKED_DEPTH or not simplifier_rewrites(value):
+        return value
+    from tvm.script.ir_builder import IRBuilder
+    from tvm.script.ir_builder import tirx as T
+
+    bindings, value = bind_leaves(value)
+    loads = []
+    for i, (var, leaf) in enumerate(bindings):
+        if isinstance(leaf, FloatImm):
+            cell = alloc((1,), dtype_of(leaf))
+            IRBuilder.name(f"literal{i}", cell)
+            T.buffer_store(cell, leaf, [0])
+            leaf = cell[0]
+        loads.append((var, leaf))
+    for var, leaf in reversed(loads):
+        value = tirx.Let(var, leaf, value)
+    return value
