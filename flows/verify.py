@@ -13,7 +13,7 @@ from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
 from flows.config import Params  # noqa: E402
 from flows.keys import stable_id  # noqa: E402
-from flows.storage import RowCache, read_table  # noqa: E402
+from flows.storage import RowCache, StorageError, read_table  # noqa: E402
 from flows.tasks import (  # noqa: E402
     STAGE_CODE,
     code_hash,
@@ -25,6 +25,15 @@ from flows.tasks import (  # noqa: E402
     stage_key,
     write_table,
 )
+
+# Statuses that are no verdict on the step: the worker died or ran out of time, or running failed.
+# None of them replaces a verdict the lake holds.
+UNCOMPUTED = ("crash", "timeout", "runtime_error")
+VERDICTS = ("exact", "close", "mismatch")
+
+
+class UncomputedVerifications(StorageError):
+    """A verify run that could not compute verdicts the lake already holds: nothing is written."""
 
 
 def verify_targets(program_target: str | None, params, gpu: bool) -> list[str]:
@@ -99,6 +108,7 @@ def verify_flow(raw: dict, profile: str, lake: str) -> dict:
             calls.append((family, verify_task, (stage_key("verify", params, lake, todo_steps, sigs, targets),
                                                 todo_steps, sigs, raw, profile, targets)))
     fresh = run_tasks("verify: build, run, compare", calls)
+    refuse_uncomputed(lake, [v for rows in fresh.values() for v in rows])
     results = {}
     for family in steps:
         by_id = {**known[family], **{(v["step_id"], v["target"]): v for v in fresh.get(family, [])}}
@@ -112,6 +122,25 @@ def verify_flow(raw: dict, profile: str, lake: str) -> dict:
         f"programs, {on_cuda} of them also verified on CUDA" + ("" if gpu else " (no GPU on this machine)"))
     return {"stage": "verify", "shards": len(calls), "rows": n, "verified": n - reused, "reused": reused,
             "gpu_program_steps": gpu_steps, "verified_on_cuda": on_cuda}
+
+
+def refuse_uncomputed(lake: Path, fresh: list[dict]) -> None:
+    """Raise UncomputedVerifications, before anything is written, when a fresh row could not be
+    computed (UNCOMPUTED) where the lake's verifications table holds a verdict for the same step and
+    target: a broken environment or protocol would otherwise replace the lake's evidence with its
+    failures (the step id covers both programs, so the old verdict is about the same step)."""
+    failed = [v for v in fresh if v["status"] in UNCOMPUTED]
+    if not failed:
+        return
+    held = {(v["step_id"], v["target"]): v["status"] for v in read_table(lake, "verifications").to_pylist()}
+    lost = [v for v in failed if held.get((v["step_id"], v["target"])) in VERDICTS]
+    if lost:
+        first = lost[0]
+        raise UncomputedVerifications(
+            f"verify: {len(lost)} of {len(fresh)} verifications could not be computed where the lake holds a "
+            f"verdict (first: step {first['step_id']} on {first['target']}: {first['status']}: "
+            f"{first.get('error_message') or 'no message'}); the lake's verifications are kept and nothing "
+            "was written: fix the cause and run the stage again")
 
 
 def step_key(step: dict, signature: str, params: Params, target: str | None = None) -> str:
