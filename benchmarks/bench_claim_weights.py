@@ -65,13 +65,18 @@ def main() -> None:
     steps = [(Step(s, parse_program(b), parse_program(a)), claim, effect, sp, target)
              for s, claim, effect, sp, b, a, target in rows]
     variants = [("project's weights", ESTIMATE)]
+    weights = {f.name for f in dataclasses.fields(ESTIMATE)}
     for item in args.set:
         changes = {}
         for pair in item.split(","):
             name, _, value = pair.partition("=")
-            if name not in {f.name for f in dataclasses.fields(ESTIMATE)}:
+            if name not in weights:
                 parser.error(f"--set {item}: Estimate has no weight {name!r}")
-            changes[name] = type(getattr(ESTIMATE, name))(value)
+            kind = type(getattr(ESTIMATE, name))
+            try:
+                changes[name] = kind(value)
+            except ValueError:
+                parser.error(f"--set {item}: {name} takes a number ({kind.__name__}), not {value!r}")
         variants.append((item, dataclasses.replace(ESTIMATE, **changes)))
     for label, weights in variants:
         changed: dict[tuple, int] = {}
