@@ -29,6 +29,9 @@ from flows.tasks import (  # noqa: E402
 # Statuses that are no verdict on the step: the worker died or ran out of time, or running failed.
 # None of them replaces a verdict the lake holds.
 UNCOMPUTED = ("crash", "timeout", "runtime_error")
+# The worker died or ran out of time: the next run tries the step again (a runtime error is the
+# program's own, and stays).
+RETRIED = ("crash", "timeout")
 VERDICTS = ("exact", "close", "mismatch")
 
 
@@ -94,20 +97,31 @@ def verify_flow(raw: dict, profile: str, lake: str) -> dict:
     target_of = {p["program_id"]: p.get("target") for p in programs}
     gpu = any(t == "cuda" for t in target_of.values()) and gpu_present(shared_pool(params))
     steps = group(read_table(lake, "steps").to_pylist(), lambda s: family_of[s["program_id"]])
-    cache, calls, known, keys, items = RowCache(lake, "verify"), [], {}, {}, {}
+    cache, attempts = RowCache(lake, "verify"), RowCache(lake, "verify-attempts")
+    calls, known, keys, items, tried = [], {}, {}, {}, {}
     for family, rows in steps.items():
         items[family] = [(r, t) for r in rows for t in verify_targets(target_of[r["program_id"]], params, gpu)]
         keys[family] = {(r["step_id"], t): step_key(r, signatures[r["program_id"]], params, t)
                         for r, t in items[family]}
         cached = cache.load(family)
-        known[family] = {k: cached[key] for k, key in keys[family].items() if key in cached}
+        known[family] = {k: cached[key] for k, key in keys[family].items()
+                         if key in cached and cached[key]["status"] not in RETRIED}
+        tried[family] = attempts.load(family)
         todo = [(r, t) for r, t in items[family] if (r["step_id"], t) not in known[family]]
         if todo:
             todo_steps, targets = [r for r, _ in todo], [t for _, t in todo]
             sigs = {r["program_id"]: signatures[r["program_id"]] for r in todo_steps}
-            calls.append((family, verify_task, (stage_key("verify", params, lake, todo_steps, sigs, targets),
+            # a step whose worker died or timed out before runs again, under a task key of its own
+            again = sorted((keys[family][(r["step_id"], t)], tried[family][keys[family][(r["step_id"], t)]]["n"])
+                           for r, t in todo if keys[family][(r["step_id"], t)] in tried[family])
+            calls.append((family, verify_task, (stage_key("verify", params, lake, todo_steps, sigs, targets, *again),
                                                 todo_steps, sigs, raw, profile, targets)))
     fresh = run_tasks("verify: build, run, compare", calls)
+    for family in steps:  # counted before any refusal: the next run's task key is new either way
+        dead = [(v["step_id"], v["target"]) for v in fresh.get(family, []) if v["status"] in RETRIED]
+        if dead or tried[family]:
+            attempts.save(family, {keys[family][k]: {"n": tried[family].get(keys[family][k], {"n": 0})["n"] + 1}
+                                   for k in dead})
     refuse_uncomputed(lake, [v for rows in fresh.values() for v in rows])
     results = {}
     for family in steps:

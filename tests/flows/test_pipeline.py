@@ -615,3 +615,38 @@ def test_a_release_of_another_lake_neither_records_nor_tags_this_checkout(tiny_l
     assert result.exit_code == 0, result.output
     assert (lake / "releases" / "v0.3.0" / "croissant.json").exists()
     assert "not recorded or tagged" in result.output and touched == []
+
+
+def test_a_dead_worker_is_tried_again_and_never_replaces_a_verdict(harness, tmp_path, monkeypatch):
+    """A step whose worker died is verified again by the next run (not replayed from a cache); a run
+    whose rows could not be computed where the lake holds verdicts writes nothing."""
+    import flows.verify as verify
+    from flows.pipeline import run_stage
+    from flows.storage import read_table
+
+    params = load_params(profile="tiny")
+    lake, reports = tmp_path / "lake", tmp_path / "reports"
+    for stage in ("generate", "transform"):
+        run_stage(stage, params, lake, reports)
+    real = verify.verify_shard
+
+    def dying(steps, signatures, params, pool=None, targets=None):  # the first row of each shard's worker dies
+        rows = real(steps, signatures, params, pool, targets)
+        return [{**r, "status": "crash", "error_message": "worker died (signal 9)"} if i == 0 else r
+                for i, r in enumerate(rows)]
+
+    monkeypatch.setattr(verify, "verify_shard", dying)
+    first = run_stage("verify", params, lake, reports)
+    crashed = sorted(v["step_id"] for v in read_table(lake, "verifications").to_pylist() if v["status"] == "crash")
+    assert len(crashed) == first["shards"] > 0
+    monkeypatch.setattr(verify, "verify_shard", real)
+    second = run_stage("verify", params, lake, reports)
+    assert second["verified"] == len(crashed) and second["reused"] == second["rows"] - len(crashed)
+    held = read_table(lake, "verifications").to_pylist()
+    assert all(v["status"] in verify.VERDICTS for v in held)
+    shards = {p.name: p.read_bytes() for p in sorted((lake / "verifications").glob("*.parquet"))}
+    monkeypatch.setattr(verify, "verify_shard", dying)
+    (lake / ".cache" / "verify").rename(tmp_path / "lost-cache")  # the rows must be computed again
+    with pytest.raises(verify.UncomputedVerifications, match="could not be computed where the lake holds"):
+        run_stage("verify", params, lake, reports)
+    assert {p.name: p.read_bytes() for p in sorted((lake / "verifications").glob("*.parquet"))} == shards
