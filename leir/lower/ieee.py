@@ -23,22 +23,25 @@ _BINARY = (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div, tirx.Mod, tirx.FloorDiv, tirx
            tirx.Max, tirx.EQ, tirx.NE, tirx.LT, tirx.LE, tirx.GT, tirx.GE, tirx.And, tirx.Or)
 
 
-def _rebuild(expr, leaf):
+def _rebuild(expr, leaf, binary=None):
     """`expr` with each load and float literal replaced by `leaf(node)`, the rest rebuilt as it is
-    (operands left to right)."""
+    (operands left to right); a binary node from its rebuilt operands by `binary(node, a, b)` when given."""
+    def again(e):
+        return _rebuild(e, leaf, binary)
+
     if isinstance(expr, TensorLoad | FloatImm):
         return leaf(expr)
     if isinstance(expr, _BINARY):
-        return type(expr)(_rebuild(expr.a, leaf), _rebuild(expr.b, leaf))
+        a, b = again(expr.a), again(expr.b)
+        return binary(expr, a, b) if binary else type(expr)(a, b)
     if isinstance(expr, tirx.Not):
-        return tirx.Not(_rebuild(expr.a, leaf))
+        return tirx.Not(again(expr.a))
     if isinstance(expr, tirx.Cast):
-        return tirx.Cast(dtype_of(expr), _rebuild(expr.value, leaf))
+        return tirx.Cast(dtype_of(expr), again(expr.value))
     if isinstance(expr, tirx.Select):
-        return tirx.Select(_rebuild(expr.condition, leaf), _rebuild(expr.true_value, leaf),
-                           _rebuild(expr.false_value, leaf))
+        return tirx.Select(again(expr.condition), again(expr.true_value), again(expr.false_value))
     if isinstance(expr, Call):
-        return Call(expr.op, [_rebuild(a, leaf) for a in expr.args], expr.attrs, expr.ty_args, None, expr.ty)
+        return Call(expr.op, [again(a) for a in expr.args], expr.attrs, expr.ty_args, None, expr.ty)
     return expr  # loop variables, integer literals
 
 
@@ -65,37 +68,30 @@ def _without_identities(expr):
     """`expr` without float `x+0`, `0+x`, `x-0`, `x*1`, `1*x`, `x/1`, and with an operation of two
     literals computed: folding those is exact (up to the sign of a zero, which compares equal), so they
     do not call for bindings (a reduction's `0+C`, a mean's `1/97`)."""
+    return _rebuild(expr, lambda leaf: leaf, _drop_identity)
+
+
+def _drop_identity(node, a, b):
     def literal(n, v):
         return isinstance(n, FloatImm) and float(n.value) == v
 
-    if isinstance(expr, tirx.Add | tirx.Sub | tirx.Mul | tirx.Div) and is_float(dtype_of(expr)):
-        a, b = _without_identities(expr.a), _without_identities(expr.b)
-        if isinstance(expr, tirx.Add) and (literal(a, 0.0) or literal(b, 0.0)):
-            return b if literal(a, 0.0) else a
-        if isinstance(expr, tirx.Sub) and literal(b, 0.0):
-            return a
-        if isinstance(expr, tirx.Mul) and (literal(a, 1.0) or literal(b, 1.0)):
-            return b if literal(a, 1.0) else a
-        if isinstance(expr, tirx.Div) and literal(b, 1.0):
-            return a
-        if isinstance(a, FloatImm) and isinstance(b, FloatImm) and dtype_of(expr) in _NUMPY:
-            # two literals: folding computes the one IEEE operation the program asks for
-            kind = _NUMPY[dtype_of(expr)]
-            with np.errstate(all="ignore"):
-                folded = _FOLD[type(expr).__name__](kind(a.value), kind(b.value))
-            return tirx.const(float(folded), dtype_of(expr))
-        return type(expr)(a, b)
-    if isinstance(expr, _BINARY):
-        return type(expr)(_without_identities(expr.a), _without_identities(expr.b))
-    if isinstance(expr, tirx.Not):
-        return tirx.Not(_without_identities(expr.a))
-    if isinstance(expr, tirx.Cast):
-        return tirx.Cast(dtype_of(expr), _without_identities(expr.value))
-    if isinstance(expr, tirx.Select):
-        return tirx.Select(*(_without_identities(x) for x in (expr.condition, expr.true_value, expr.false_value)))
-    if isinstance(expr, Call):
-        return Call(expr.op, [_without_identities(a) for a in expr.args], expr.attrs, expr.ty_args, None, expr.ty)
-    return expr
+    if not (isinstance(node, tirx.Add | tirx.Sub | tirx.Mul | tirx.Div) and is_float(dtype_of(node))):
+        return type(node)(a, b)
+    if isinstance(node, tirx.Add) and (literal(a, 0.0) or literal(b, 0.0)):
+        return b if literal(a, 0.0) else a
+    if isinstance(node, tirx.Sub) and literal(b, 0.0):
+        return a
+    if isinstance(node, tirx.Mul) and (literal(a, 1.0) or literal(b, 1.0)):
+        return b if literal(a, 1.0) else a
+    if isinstance(node, tirx.Div) and literal(b, 1.0):
+        return a
+    if isinstance(a, FloatImm) and isinstance(b, FloatImm) and dtype_of(node) in _NUMPY:
+        # two literals: folding computes the one IEEE operation the program asks for
+        kind = _NUMPY[dtype_of(node)]
+        with np.errstate(all="ignore"):
+            folded = _FOLD[type(node).__name__](kind(a.value), kind(b.value))
+        return tirx.const(float(folded), dtype_of(node))
+    return type(node)(a, b)
 
 
 _MIRRORED = {"GT": "LT", "GE": "LE"}
