@@ -439,10 +439,16 @@ def _plot(drivers: dict, refs: list[dict], path: Path) -> None:
     names = ("naive (session)", "search best (session)", "MetaSchedule, TensorIR", "MetaSchedule, Relax kernels",
              "PyTorch eager", "torch.compile", "torch.compile max-autotune")
     width = 0.8 / len(keys)
+    timed = False
     for i, (key, name) in enumerate(zip(keys, names, strict=True)):
-        b.bar([x + width * i for x in range(len(refs))], [_plotted(r, key) for r in refs], width, label=name)
+        bars = [_plotted(r, key) for r in refs]
+        timed = timed or any(v > 0 for v in bars)
+        b.bar([x + width * i for x in range(len(refs))], bars, width, label=name)
     b.set_xticks([x + 0.4 - width / 2 for x in range(len(refs))], labels)
-    b.set_yscale("log")
+    if timed:
+        b.set_yscale("log")
+    else:  # every reference refused (a noisy machine) or absent: say so, not an empty log axis
+        b.text(0.5, 0.5, "no reference timed", ha="center", va="center", transform=b.transAxes)
     b.set_ylabel("µs per run")
     b.legend(fontsize=7)
     fig.tight_layout()

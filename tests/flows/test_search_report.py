@@ -210,3 +210,16 @@ def _exits(programs, params, modes):
     import os
 
     os._exit(3)
+
+
+def test_a_report_whose_references_were_all_refused_says_so_instead_of_an_empty_log_axis(tmp_path):
+    import warnings
+
+    runs = [{"program_id": "p1", "workload": "matmul", "driver": "beam", "best_speedup": 10.0, "strategies": [],
+             "states_verified": 4, "wall_s": 1.0, "root_us": 500.0}]
+    refs = [{"program_id": "p1", "workload": "matmul", "torch_eager_us": 100.0,
+             "torch_eager_check": "refused: spread 0.65 above 0.5"}]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib warned "no positive values ... cannot be log-scaled"
+        search.build_search_report(runs, refs, tmp_path)
+    assert (tmp_path / "search.png").stat().st_size > 5000
