@@ -30,7 +30,7 @@ from flows.tasks import (  # noqa: E402
 # None of them replaces a verdict the lake holds.
 UNCOMPUTED = ("crash", "timeout", "runtime_error")
 # The worker died or ran out of time: the next run tries the step again (a runtime error is the
-# program's own, and stays).
+# program's own and stays, unless a refusal kept it out of the lake: then it is tried again too).
 RETRIED = ("crash", "timeout")
 VERDICTS = ("exact", "close", "mismatch")
 
@@ -117,12 +117,20 @@ def verify_flow(raw: dict, profile: str, lake: str) -> dict:
             calls.append((family, verify_task, (stage_key("verify", params, lake, todo_steps, sigs, targets, *again),
                                                 todo_steps, sigs, raw, profile, targets)))
     fresh = run_tasks("verify: build, run, compare", calls)
-    for family in steps:  # counted before any refusal: the next run's task key is new either way
-        dead = [(v["step_id"], v["target"]) for v in fresh.get(family, []) if v["status"] in RETRIED]
-        if dead or tried[family]:
-            attempts.save(family, {keys[family][k]: {"n": tried[family].get(keys[family][k], {"n": 0})["n"] + 1}
-                                   for k in dead})
-    refuse_uncomputed(lake, [v for rows in fresh.values() for v in rows])
+    every = [v for rows in fresh.values() for v in rows]
+    lost = uncomputed_verdicts(lake, every)
+    refused = {(v["step_id"], v["target"]) for v in lost}
+    for family in steps:
+        # counted before any refusal, and never down: a step that died, or whose refused row is
+        # replayed, runs under a task key it never had (never a cached failure again)
+        bump = [(v["step_id"], v["target"]) for v in fresh.get(family, [])
+                if v["status"] in RETRIED or (v["step_id"], v["target"]) in refused]
+        current = set(keys[family].values())
+        counts = {k: n for k, n in tried[family].items() if k in current}
+        counts.update({keys[family][k]: {"n": counts.get(keys[family][k], {"n": 0})["n"] + 1} for k in bump})
+        if counts or tried[family]:
+            attempts.save(family, counts)
+    refuse_uncomputed(lake, every, lost)
     results = {}
     for family in steps:
         by_id = {**known[family], **{(v["step_id"], v["target"]): v for v in fresh.get(family, [])}}
@@ -138,16 +146,22 @@ def verify_flow(raw: dict, profile: str, lake: str) -> dict:
             "gpu_program_steps": gpu_steps, "verified_on_cuda": on_cuda}
 
 
-def refuse_uncomputed(lake: Path, fresh: list[dict]) -> None:
-    """Raise UncomputedVerifications, before anything is written, when a fresh row could not be
-    computed (UNCOMPUTED) where the lake's verifications table holds a verdict for the same step and
-    target: a broken environment or protocol would otherwise replace the lake's evidence with its
-    failures (the step id covers both programs, so the old verdict is about the same step)."""
+def uncomputed_verdicts(lake: Path, fresh: list[dict]) -> list[dict]:
+    """The fresh rows that could not be computed (UNCOMPUTED) where the lake's verifications table
+    holds a verdict for the same step and target (the step id covers both programs, so the old verdict
+    is about the same step)."""
     failed = [v for v in fresh if v["status"] in UNCOMPUTED]
     if not failed:
-        return
+        return []
     held = {(v["step_id"], v["target"]): v["status"] for v in read_table(lake, "verifications").to_pylist()}
-    lost = [v for v in failed if held.get((v["step_id"], v["target"])) in VERDICTS]
+    return [v for v in failed if held.get((v["step_id"], v["target"])) in VERDICTS]
+
+
+def refuse_uncomputed(lake: Path, fresh: list[dict], lost: list[dict] | None = None) -> None:
+    """Raise UncomputedVerifications, before anything is written, when some fresh rows could not be
+    computed where the lake holds verdicts (`lost`, found here unless given): a broken environment or
+    protocol would otherwise replace the lake's evidence with its failures."""
+    lost = uncomputed_verdicts(lake, fresh) if lost is None else lost
     if lost:
         first = lost[0]
         raise UncomputedVerifications(

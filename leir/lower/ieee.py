@@ -13,21 +13,27 @@ from __future__ import annotations
 
 import numpy as np
 from tvm import tirx
+from tvm.ir import StringImm
 from tvm.ir.expr import Call, TensorLoad
-from tvm.ir.prim.expr import FloatImm
+from tvm.ir.prim.expr import FloatImm, IntImm
 from tvm.sym import Analyzer
 
 from leir.lower.expr import dtype_of, is_float
 
-_BINARY = (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div, tirx.Mod, tirx.FloorDiv, tirx.FloorMod, tirx.Min,
-           tirx.Max, tirx.EQ, tirx.NE, tirx.LT, tirx.LE, tirx.GT, tirx.GE, tirx.And, tirx.Or)
+_BINARY = tuple(getattr(tirx, name) for name in (
+    "Add", "Sub", "Mul", "Div", "Mod", "FloorDiv", "FloorMod", "Min", "Max", "EQ", "NE", "LT", "LE", "GT",
+    "GE", "And", "Or", "LShift", "RShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor") if hasattr(tirx, name))
+_GUARDED = "prim.if_then_else"  # its branches run only when chosen: their loads stay inside them
 
 
-def _rebuild(expr, leaf, binary=None):
+def _rebuild(expr, leaf, binary=None, branch=None):
     """`expr` with each load and float literal replaced by `leaf(node)`, the rest rebuilt as it is
-    (operands left to right); a binary node from its rebuilt operands by `binary(node, a, b)` when given."""
+    (operands left to right); a binary node from its rebuilt operands by `binary(node, a, b)`, and a
+    branch of `if_then_else` by `branch(expr)`, when given. Every node the lowering emits is rebuilt
+    (the Let of a bfloat16 rounding or of `fast_exp`, the shifts of a bfloat16 load); anything else
+    raises TypeError rather than leave its loads out unnoticed."""
     def again(e):
-        return _rebuild(e, leaf, binary)
+        return _rebuild(e, leaf, binary, branch)
 
     if isinstance(expr, TensorLoad | FloatImm):
         return leaf(expr)
@@ -40,9 +46,15 @@ def _rebuild(expr, leaf, binary=None):
         return tirx.Cast(dtype_of(expr), again(expr.value))
     if isinstance(expr, tirx.Select):
         return tirx.Select(again(expr.condition), again(expr.true_value), again(expr.false_value))
+    if isinstance(expr, tirx.Let):
+        return tirx.Let(expr.var, again(expr.value), again(expr.body))
     if isinstance(expr, Call):
-        return Call(expr.op, [again(a) for a in expr.args], expr.attrs, expr.ty_args, None, expr.ty)
-    return expr  # loop variables, integer literals
+        guarded = branch is not None and getattr(expr.op, "name", "") == _GUARDED
+        args = [branch(a) if guarded and i > 0 else again(a) for i, a in enumerate(expr.args)]
+        return Call(expr.op, args, expr.attrs, expr.ty_args, None, expr.ty)
+    if isinstance(expr, tirx.Var | IntImm | StringImm):
+        return expr  # loop and Let variables, integer literals, a call's name
+    raise TypeError(f"leir.lower.ieee: no rule for {type(expr).__name__}")
 
 
 def simplifier_rewrites(value) -> bool:
@@ -132,18 +144,33 @@ def bind_leaves(value) -> tuple[list[tuple[tirx.Var, object]], object]:
     """(bindings, value): each load and float literal of `value`, left to right, bound to a variable
     of its own, and `value` over those variables."""
     bindings: list[tuple[tirx.Var, object]] = []
+    count = iter(range(1 << 62))
 
-    def bind(node):
-        var = tirx.Var(f"ieee{len(bindings)}", dtype_of(node))
-        bindings.append((var, node))
-        return var
+    def binder(scope):
+        def bind(node):
+            # literals (and loads outside any guarded branch) are bound before the statement; a
+            # bfloat16 element by its bits (TVM stores bfloat16 as uint16, and a bfloat16 variable
+            # would not be converted with its buffer)
+            bits = dtype_of(node) == "bfloat16"
+            var = tirx.Var(f"ieee{next(count)}", "uint16" if bits else dtype_of(node))
+            bound = tirx.reinterpret("uint16", node) if bits else node
+            (bindings if isinstance(node, FloatImm) or scope is None else scope).append((var, bound))
+            return tirx.reinterpret("bfloat16", var) if bits else var
+        return bind
 
-    return bindings, _rebuild(value, bind)
+    def branch(expr):  # a guarded branch's loads are bound inside it: never read when not chosen
+        local: list[tuple[tirx.Var, object]] = []
+        rebuilt = _rebuild(expr, binder(local), branch=branch)
+        for var, leaf in reversed(local):
+            rebuilt = tirx.Let(var, leaf, rebuilt)
+        return rebuilt
+
+    return bindings, _rebuild(value, binder(None), branch=branch)
 
 
 # Deeper statements are emitted as they are: the check and the bindings recurse over the expression
 # (the 10,000-deep sums that lowering accepts), and so does TVM's simplifier.
-CHECKED_DEPTH = 200
+CHECKED_DEPTH = 100
 
 
 def emit_faithful(value, alloc, depth: int):
@@ -152,12 +179,18 @@ def emit_faithful(value, alloc, depth: int):
     a one-element local buffer holding it, stored here (`alloc(shape, dtype)` allocates one in the
     current frame): a bound constant, or any pure value, is substituted back and folded, a load is
     not; LLVM turns the buffer back into the constant."""
-    if depth > CHECKED_DEPTH or not simplifier_rewrites(value):
+    if depth > CHECKED_DEPTH:
+        return value
+    try:
+        if not simplifier_rewrites(value):
+            return value
+        bindings, protected = bind_leaves(value)
+    except (RecursionError, TypeError):  # deeper than the stack allows here, or a node without a rule
         return value
     from tvm.script.ir_builder import IRBuilder
     from tvm.script.ir_builder import tirx as T
 
-    bindings, value = bind_leaves(value)
+    value = protected
     loads = []
     for i, (var, leaf) in enumerate(bindings):
         if isinstance(leaf, FloatImm):

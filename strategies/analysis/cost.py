@@ -322,7 +322,8 @@ def _statement_cycles(site, shapes, written_here: set[str], target: str, e: Esti
     work, hoisted, calls = _weighted_work(site.stmt.rhs, e, inner.var)
     lanes = _lanes(site, inner, chain, all(v is not None and v <= 1 for v in along.values()), calls, e)
     serial = calls * e.call  # a call runs lane by lane in a vector loop; the rest of the work in its lanes
-    around = _unrolled_into(loops, chain, lanes, work, len(strides), e)
+    around = _unrolled_into(loops, chain, lanes, work, len(strides), e) if target != "cuda" or inner.kind != "B" \
+        else None  # a thread-bound loop is not a loop of the kernel
     copies = inner.extent if around else 1
     per = (serial + (work - serial + 1.0 / copies) / lanes) / e.issue
     if chain and lanes == 1:

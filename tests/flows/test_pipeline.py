@@ -645,8 +645,21 @@ def test_a_dead_worker_is_tried_again_and_never_replaces_a_verdict(harness, tmp_
     held = read_table(lake, "verifications").to_pylist()
     assert all(v["status"] in verify.VERDICTS for v in held)
     shards = {p.name: p.read_bytes() for p in sorted((lake / "verifications").glob("*.parquet"))}
-    monkeypatch.setattr(verify, "verify_shard", dying)
+
+    calls = []
+
+    def failing(steps, signatures, params, pool=None, targets=None):  # a broken harness, not the programs
+        calls.append(len(steps))
+        return [{**r, "status": "runtime_error", "error_message": "harness: no such tolerance"}
+                for r in real(steps, signatures, params, pool, targets)]
+
+    monkeypatch.setattr(verify, "verify_shard", failing)
     (lake / ".cache" / "verify").rename(tmp_path / "lost-cache")  # the rows must be computed again
-    with pytest.raises(verify.UncomputedVerifications, match="could not be computed where the lake holds"):
+    with pytest.raises(verify.UncomputedVerifications, match="runtime_error: harness: no such tolerance"):
         run_stage("verify", params, lake, reports)
+    assert sum(calls) == first["rows"]  # computed, not replayed from the first run's tasks
+    assert {p.name: p.read_bytes() for p in sorted((lake / "verifications").glob("*.parquet"))} == shards
+    monkeypatch.setattr(verify, "verify_shard", real)  # the cause fixed: computed afresh, not replayed
+    third = run_stage("verify", params, lake, reports)
+    assert third["verified"] == third["rows"]
     assert {p.name: p.read_bytes() for p in sorted((lake / "verifications").glob("*.parquet"))} == shards

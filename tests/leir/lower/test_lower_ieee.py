@@ -65,3 +65,26 @@ def test_statements_the_simplifier_leaves_alone_are_lowered_as_before():
 def test_the_published_catalogue_lowers_without_bindings(row):
     for form in ("plain", "tensorir"):
         assert "T.Let" not in lower_to_script(row["leir"], row["signature"], form=form)
+
+
+def test_a_bfloat16_statement_is_computed_as_written_too():
+    # bfloat16 loads go through their bits and every operation through a rounding Let: bound by bits
+    import ml_dtypes
+
+    sig = {"tensors": [{"name": "A", "shape": [8], "dtype": "bfloat16", "role": "input"},
+                       {"name": "C", "shape": [8], "dtype": "bfloat16", "role": "output"}]}
+    a = np.array([np.inf, -1, 0, 1, 2, 3, -np.inf, 5], dtype=ml_dtypes.bfloat16)
+    out = run_numpy("L^{8}_{a=0}[C^{bf16,g}_{a}=A^{bf16,g}_{a}-A^{bf16,g}_{a};];", sig, {"A": a})["C"]
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(out.astype(np.float32), a.astype(np.float32) - a.astype(np.float32))
+
+
+def test_a_guarded_branch_keeps_its_loads_inside_it():
+    # A[a-1] is read only where a >= 1: bound outside the if_then_else, a = 0 would read A[-1]
+    program = "L^{64}_{a=0}[C^{f32,g}_{a}=if_then_else(a>=1,A^{f32,g}_{a-1}-A^{f32,g}_{a-1},0);];"
+    script = lower_to_script(program, SIG)
+    assert "T.Let" in script and script.index("A[a - 1]") > script.index("T.if_then_else(")
+    out = run_numpy(program, SIG, {"A": A, "D": D})["C"]
+    with np.errstate(all="ignore"):
+        expected = np.concatenate([[0], A[:-1] - A[:-1]]).astype(np.float32)
+    np.testing.assert_array_equal(out, expected)
