@@ -26,14 +26,14 @@ _BINARY = tuple(getattr(tirx, name) for name in (
 _GUARDED = "prim.if_then_else"  # its branches run only when chosen: their loads stay inside them
 
 
-def _rebuild(expr, leaf, binary=None, branch=None):
+def _rebuild(expr, leaf, binary=None, branch=None, inline=None):
     """`expr` with each load and float literal replaced by `leaf(node)`, the rest rebuilt as it is
     (operands left to right); a binary node from its rebuilt operands by `binary(node, a, b)`, and a
     branch of `if_then_else` by `branch(expr)`, when given. Every node the lowering emits is rebuilt
     (the Let of a bfloat16 rounding or of `fast_exp`, the shifts of a bfloat16 load); anything else
     raises TypeError rather than leave its loads out unnoticed."""
     def again(e):
-        return _rebuild(e, leaf, binary, branch)
+        return _rebuild(e, leaf, binary, branch, inline)
 
     if isinstance(expr, TensorLoad | FloatImm):
         return leaf(expr)
@@ -47,7 +47,12 @@ def _rebuild(expr, leaf, binary=None, branch=None):
     if isinstance(expr, tirx.Select):
         return tirx.Select(again(expr.condition), again(expr.true_value), again(expr.false_value))
     if isinstance(expr, tirx.Let):
+        if inline is not None:  # substituted, as the simplifier does with a Let
+            inline.append((expr.var, again(expr.value)))
+            return again(expr.body)
         return tirx.Let(expr.var, again(expr.value), again(expr.body))
+    if inline is not None and isinstance(expr, tirx.Var):
+        return next((value for var, value in reversed(inline) if var.same_as(expr)), expr)
     if isinstance(expr, Call):
         guarded = branch is not None and getattr(expr.op, "name", "") == _GUARDED
         args = [branch(a) if guarded and i > 0 else again(a) for i, a in enumerate(expr.args)]
@@ -68,7 +73,7 @@ def simplifier_rewrites(value) -> bool:
         key = str(node)
         return names.setdefault(key, tirx.Var(f"v{len(names)}", dtype_of(node)))
 
-    skeleton = _without_identities(_rebuild(value, load_var))
+    skeleton = _without_identities(_rebuild(value, load_var, inline=[]))
     return _operations(Analyzer().simplify(skeleton)) != _operations(skeleton)
 
 
