@@ -112,8 +112,8 @@ def verify_flow(raw: dict, profile: str, lake: str) -> dict:
             todo_steps, targets = [r for r, _ in todo], [t for _, t in todo]
             sigs = {r["program_id"]: signatures[r["program_id"]] for r in todo_steps}
             # a step whose worker died or timed out before runs again, under a task key of its own
-            again = sorted((keys[family][(r["step_id"], t)], tried[family][keys[family][(r["step_id"], t)]]["n"])
-                           for r, t in todo if keys[family][(r["step_id"], t)] in tried[family])
+            todo_keys = [keys[family][(r["step_id"], t)] for r, t in todo]
+            again = sorted((k, tried[family][k]["n"]) for k in todo_keys if k in tried[family])
             calls.append((family, verify_task, (stage_key("verify", params, lake, todo_steps, sigs, targets, *again),
                                                 todo_steps, sigs, raw, profile, targets)))
     fresh = run_tasks("verify: build, run, compare", calls)

@@ -53,31 +53,34 @@ def test_fast_1_counts_every_problem_and_the_means_only_the_correct_ones():
             kb.ratios({"level": "1", "problem": "b", "correct": True, "translated": True, "speedup": 9.0,
                        "best_us": 10.0, "torch_eager_us": 5.0, "torch_compile_best_us": 80.0}),
             {"level": "1", "problem": "c", "correct": False, "error": "search: boom"},
+            kb.ratios({"level": "1", "problem": "tiny", "correct": True, "translated": True, "speedup": 2.0,
+                       "best_us": 1.0, "torch_eager_us": 30.0, "eager_under_floor": True}),
             kb.ratios({"level": "2", "problem": "d", "correct": False, "translated": True, "best_us": 1.0,
                        "torch_eager_us": 100.0, "error": "best state does not match PyTorch"})]
     s = kb.summary(rows)
-    assert s["1"]["problems"] == 3 and s["1"]["correct"] == 2 and s["1"]["translated"] == 2
+    # eager under the floor: counted, never compared (its 30x over eager is PyTorch's cost per call)
+    assert s["1"]["problems"] == 4 and s["1"]["compared"] == 3 and s["1"]["eager_under_floor"] == 1
+    assert s["1"]["correct"] == 3 and s["1"]["translated"] == 3
     assert s["1"]["fast_1_eager"] == pytest.approx(1 / 3) and s["1"]["fast_1_compile"] == pytest.approx(1 / 3)
     assert s["1"]["geomean_over_eager"] == pytest.approx(1.0)          # sqrt(2 x 0.5)
     assert s["1"]["geomean_over_compile"] == pytest.approx(2.0)        # sqrt(0.5 x 8)
-    assert s["1"]["geomean_over_naive"] == pytest.approx(6.0)
+    assert s["1"]["geomean_over_naive"] == pytest.approx((4.0 * 9.0 * 2.0) ** (1 / 3))
     # a wrong best state is never fast, however fast it is
     assert s["2"]["fast_1_eager"] == 0 and s["2"]["geomean_over_eager"] is None
-    assert s["all"]["problems"] == 4 and set(s["all"]["failures"]) == {"c", "d"}
+    assert s["all"]["problems"] == 5 and set(s["all"]["failures"]) == {"c", "d"}
 
 
-def test_the_size_is_the_smallest_instance_where_eager_reaches_the_floor_within_the_statement_cap():
+def test_the_size_is_the_largest_instance_within_the_statement_cap_counted_without_allocating():
     from gpu_tasks.guard import iteration_count
 
     matmul = DATA / "1_Square_matrix_multiplication_4096.py"   # level 1 problem 1 at its own size, 2^36 statements
-    # an unreachable floor: the largest instance under the cap (N halved from 4096 to 64: 2^18 statements)
-    problem, tr, limit = kb.choose_size(matmul, 2**18, float("inf"))
+    problem, tr, limit = kb.choose_size(matmul, 2**18)
     assert iteration_count(tr.program) == 2**18 and problem.shrunk["N"] == 64 and limit in kb.SHRINK_LADDER
-    # no floor: the smallest rung (every input at most 2^10 elements: N = 32)
-    problem, tr, limit = kb.choose_size(matmul, 2**18, 0.0)
+    # a cap below even the smallest rung: the smallest rung (every input at most 2^10 elements: N = 32)
+    problem, tr, limit = kb.choose_size(matmul, 10)
     assert limit == kb.SHRINK_LADDER[-1] and problem.shrunk["N"] == 32
-    # the file's own sizes when they fit and nothing smaller reaches the floor
-    problem, tr, limit = kb.choose_size(DATA / "19_ReLU.py", 2**40, float("inf"))
+    # the file's own sizes when they fit
+    problem, tr, limit = kb.choose_size(DATA / "19_ReLU.py", 2**40)
     assert limit is None and not problem.shrunk
 
 
@@ -103,7 +106,7 @@ def test_one_problem_end_to_end_correct_and_timed_against_eager_and_compile(tmp_
     assert row["states"] >= 1 and row["naive_us"] > 0 and row["best_us"] <= row["naive_us"] * 1.5
     assert row["torch_eager_us"] > 0 and row["torch_compile_us"] > 0 and row["torch_compile_s"] > 0
     assert math.isclose(row["over_eager"], row["torch_eager_us"] / row["best_us"])
-    assert "| kernelbench | 1 | 1 |" in done.stdout and (tmp_path / "p.png").stat().st_size > 0
+    assert "| kernelbench | 1 | 1 | 1 |" in done.stdout and (tmp_path / "p.png").stat().st_size > 0
     # a rerun with the same rows file skips the problem
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert "1 already in" in again.stdout and len(out.read_text().splitlines()) == 1

@@ -14,7 +14,16 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from leir.analysis import expression_depth
-from leir.lower.expr import ExprLowering, identity_value, index_dtype, index_shape, storage_dtype, stored, tvm_dtype
+from leir.lower.expr import (
+    INDEX_DTYPE,
+    ExprLowering,
+    identity_value,
+    index_dtype,
+    index_shape,
+    storage_dtype,
+    stored,
+    tvm_dtype,
+)
 from leir.lower.ieee import emit_faithful
 from leir.lower.planner import Plan, PLoop, PStore
 from leir.signature import Signature
@@ -64,10 +73,10 @@ def _emit(item, plan: Plan, buffers: dict, env: dict, ix: str) -> None:
             _emit(b, plan, inner_buffers, inner_env, ix)
 
 
-def loop_frame(loop: PLoop, ix: str = "int32"):
+def loop_frame(loop: PLoop, ix: str = INDEX_DTYPE):
     """The loop's frame; its variable is of the subscripts' dtype `ix`."""
     start, stop = loop.start, loop.start + loop.extent
-    if ix != "int32":
+    if ix != INDEX_DTYPE:
         start, stop = tirx.const(start, ix), tirx.const(stop, ix)
     if loop.kind == "thread":
         return T.thread_binding(start, stop, thread=loop.thread)

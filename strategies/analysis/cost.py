@@ -38,6 +38,7 @@ quotes them as times."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 from leir.analysis import (
@@ -340,7 +341,7 @@ def _statement_cycles(site, shapes, written_here: set[str], target: str, e: Esti
     for acc, step in along.items():
         if step == 0:
             continue  # the same element all along the innermost loop: a register
-        if around and _stride_along(strides[acc], around.var) == 0 and copies <= e.registers:
+        if _held_in_registers(acc, around, copies, strides, e):
             continue  # the unrolled copies' elements stay in registers all along the loop around
         shape = shapes.get(acc.tensor)
         nbytes = element_bytes(acc.dtype)
@@ -415,19 +416,23 @@ def _known_strides(shape, acc: Access) -> dict[str, int | None] | None:
     return {**known, **dict.fromkeys(sorted(opaque))}
 
 
+def _held_in_registers(acc, around, copies: int, strides: dict, e: Estimate) -> bool:
+    """Whether the unrolled copies of an innermost loop keep `acc`'s elements in registers all along
+    `around`, the loop they are unrolled into: the access does not move with it, and the copies fit."""
+    return bool(around) and _stride_along(strides[acc], around.var) == 0 and copies <= e.registers
+
+
 def _set_sharing(along: dict, copies: int, around, strides: dict, e: Estimate) -> dict:
     """Per access strided by a line or more along the innermost loop: how many such accesses of the
     statement walk the same few L1 sets (the same stride: tensors allocated page-aligned start in the
     same set), so that their lines evict each other."""
     key = {}
     for acc, step in along.items():
-        if step and (not around or _stride_along(strides[acc], around.var) != 0 or copies > e.registers):
+        if step and not _held_in_registers(acc, around, copies, strides, e):
             nbytes = element_bytes(acc.dtype)
             if step * nbytes >= e.line_bytes:
                 key[acc] = step * nbytes
-    counts = {}
-    for k in key.values():
-        counts[k] = counts.get(k, 0) + 1
+    counts = Counter(key.values())
     return {acc: counts[k] for acc, k in key.items()}
 
 
