@@ -1,4 +1,5 @@
-"""KernelBench levels 1 and 2 on the CPU (issue 42): the search against PyTorch eager and torch.compile.
+"""KernelBench levels 1 and 2 on the CPU: the search against PyTorch eager and torch.compile, on a suite
+the field reports on and nobody here wrote.
 
 The problem files are not shipped: point the benchmark at a KernelBench checkout (the folder that
 holds `KernelBench/level1`, or `level1` itself, or any folder of KernelBench-style files). For each
@@ -430,6 +431,8 @@ def _line(row: dict) -> str:
 
 
 def _cpu_name() -> str:
+    """The CPU's model name. Not gpu_tasks.fingerprint.cpu_model: that module imports TVM, and this
+    process must hold no TVM threads while the problems' processes time."""
     try:
         with open("/proc/cpuinfo") as f:
             return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
