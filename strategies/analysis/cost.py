@@ -26,8 +26,9 @@ strided). `estimated_cycles` weighs them: a static, deliberately coarse estimate
 statements of some nests take on a nominal CPU (ESTIMATE: 256-bit vectors, two cores), from the work
 per execution (a transcendental call and a division weigh more than an add), the vector lanes the
 innermost loop runs in (a `V` loop, or a plain innermost loop that the compiler vectorises by
-itself: contiguous, no carried dependence, no call; in a `V` loop a call runs lane by lane while the
-rest of the work fills the lanes), the latency of a dependence the innermost loop carries, the cost
+itself: contiguous, no carried dependence, no call; a `V` loop over a statement with a call gains no
+lanes: the target has no vector form of the call, so the lanes are unpacked into one scalar call
+each and packed again around it, and the loop costs what the scalar loop does), the latency of a dependence the innermost loop carries, the cost
 of entering an innermost loop (innermost loops of a few iterations are unrolled: the loop around
 them is the one entered), the cache lines each access touches per execution at the cache level its
 data (or its reuse distance) fits in (a strided access whose lines stay in L1 for the next
@@ -298,6 +299,8 @@ def _depends_on(expr, var: str) -> bool:
 def _lanes(site, inner, chain: bool, contiguous: bool, calls: int, e: Estimate) -> int:
     lanes = max(1, e.vector_bytes // element_bytes(site.stmt.lhs.dtype))
     if inner.kind == "V":
+        if calls:
+            return 1  # no vector form of the call: the lanes are unpacked around each call and packed again
         width = min(inner.extent, lanes)
         return width if contiguous else max(1, width // 2)       # gathers and scatters
     if inner.kind == "L" and not chain and not calls and contiguous and inner.extent >= lanes:
@@ -322,7 +325,7 @@ def _statement_cycles(site, shapes, written_here: set[str], target: str, e: Esti
     chain = _carries(site, cost, inner)
     work, hoisted, calls = _weighted_work(site.stmt.rhs, e, inner.var)
     lanes = _lanes(site, inner, chain, all(v is not None and v <= 1 for v in along.values()), calls, e)
-    serial = calls * e.call  # a call runs lane by lane in a vector loop; the rest of the work in its lanes
+    serial = calls * e.call  # a call runs lane by lane (and then so does the rest of the statement)
     around = _unrolled_into(loops, chain, lanes, work, len(strides), e) if target != "cuda" or inner.kind != "B" \
         else None  # a thread-bound loop is not a loop of the kernel
     copies = inner.extent if around else 1
