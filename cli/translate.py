@@ -74,10 +74,12 @@ def translate_files(
     """Translate PyTorch problem files to LEIR and verify each against PyTorch eager (float64).
 
     One JSON line per file, in the order given: {"file", "ok", "leir", "signature", "verification",
-    "error", "notes", "sizes"}. A program too large to verify at the file's own sizes is verified on
-    a shrunk instance (every input at most --max-elements elements); "sizes" then gives the input
-    shapes of the emitted program and of the verified instance (and the constants changed), and
-    "same_structure" whether the two programs differ only in sizes (needed for "ok"). A tensor the
+    "error", "notes", "sizes", "verified_at"}. A program too large to verify at the file's own sizes is
+    verified on a shrunk instance (every input at most --max-elements elements; "verified_at" says
+    "own_size" or "shrunk") that makes the own-size program's size-dependent choices (a sum of more
+    than 2^14 terms per element in two stages); "sizes" then gives the input shapes of the emitted
+    program and of the verified instance (and the constants changed), and "same_structure" whether the
+    two programs differ only in sizes and size-derived constants (needed for "ok"). A tensor the
     module builds in forward (`torch.tensor([...])`) is an input of the program, as a parameter is;
     "constants" gives its values and "notes" says so.
 
@@ -221,18 +223,26 @@ def translate_one(path: Path, assignments: list[str], max_elements: int | None, 
             record["notes"] = [f"the program at the file's own sizes is too large to verify ({too_large}); it is "
                                f"verified on a shrunk instance (every input at most {AUTO_MAX_ELEMENTS} elements)",
                                *problem.notes]
-        verified = translate(problem.model, problem.inputs, dtype)
-        emitted, same = verified, True
-        if AtSize(at_size) is AtSize.original and problem.shrunk:
+        original = AtSize(at_size) is AtSize.original and bool(problem.shrunk)
+        if original and full is None:
             try:
-                if full is None:
-                    meta = load_problem_meta(path, overrides)
-                    full = translate(meta.model, meta.inputs, dtype)
-                emitted = full
+                meta = load_problem_meta(path, overrides)
+                full = translate(meta.model, meta.inputs, dtype)
             except ITEM_ERRORS as e:  # e.g. Python that needs values: the verified instance is emitted instead
                 record["notes"] = [*record["notes"], "the file's own sizes could not be traced on the meta device "
                                    f"({type(e).__name__}: {e}); the verified instance is emitted"]
+        # the instance makes the own-size program's size-dependent choices (a long sum in two stages), so
+        # that the two programs differ only in sizes and size-derived constants
+        follow = full is not None and original
+        verified = translate(problem.model, problem.inputs, dtype, cascades=full.cascades if follow else None)
+        emitted, same = (full if follow else verified), True
+        record["verified_at"] = "shrunk" if problem.shrunk else "own_size"
+        if original:
             same = same_structure(emitted.program, verified.program)
+            if follow and any(full.cascades):
+                record["notes"] = [*record["notes"], f"{sum(full.cascades)} sum(s) of the own-size program run in "
+                                   "two stages (more than 2^14 terms per element); the shrunk instance sums them "
+                                   "the same way"]
             record["sizes"] = {"emitted": _shapes(emitted), "verified": _shapes(verified),
                                "constants_changed": {k: [read_constants(path, overrides).get(k), v]
                                                      for k, v in problem.shrunk.items()}}
@@ -296,7 +306,8 @@ def _own_size(path: Path, overrides: dict, dtype: str | None):
 # Each field of a record, with the types it may have: a result that does not fit is no record.
 RECORD_FIELDS = {"ok": (bool,), "leir": (str, type(None)), "signature": (dict, type(None)),
                  "verification": (dict,), "error": (str, type(None)), "notes": (list,), "sizes": (dict,),
-                 "same_structure": (bool,), "exception": (dict,), "cause": (str,), "constants": (dict,)}
+                 "same_structure": (bool,), "exception": (dict,), "cause": (str,), "constants": (dict,),
+                 "verified_at": (str,)}
 
 
 def file_record(path: Path, result, timeout: float, memory: int) -> dict:

@@ -86,10 +86,21 @@ ACCUMULATOR_CODE = "f32"
 class Emitter:
     """Collects nests in program order and hands out fresh temporaries past the names in use."""
 
-    def __init__(self, used_names: Sequence[str]):
+    def __init__(self, used_names: Sequence[str], cascades: Sequence[bool] | None = None):
         self.nests: list[Nest] = []
         self._temps = TensorNames(used_names)
         self._widening = False
+        # the size-dependent choices of `accumulate_over`, one per sum that could go in two stages, in
+        # emission order; `cascades` makes them instead (the choices of the same model at other sizes)
+        self.cascades: list[bool] = []
+        self._cascade_plan = tuple(cascades) if cascades is not None else None
+
+    def cascade(self, by_size: bool) -> bool:
+        """Whether the next sum that may go in two stages does: as planned, else `by_size`."""
+        k = len(self.cascades)
+        plan = self._cascade_plan
+        self.cascades.append(plan[k] if plan is not None and k < len(plan) else by_size)
+        return self.cascades[-1]
 
     def temp(self, shape: Sequence[int], code: str, scope: str = "g") -> Ref:
         """A fresh temporary; a half-precision (or float32) one is a float32 local while the emitter
@@ -170,13 +181,15 @@ def accumulate_over(em: Emitter, acc: Ref, shape: Sequence[int], index: Callable
     """`acc[index(v)] op= term(v)` over `shape` (`accumulate`, implicit initialisation). A sum (`+`,
     `-`) of more than CASCADE_TERMS terms per element whose innermost dimension is reduced runs in two
     stages, as PyTorch's cascade does in spirit: partial sums over the innermost dimension into a
-    temporary of the others, then the sum of those partials."""
+    temporary of the others, then the sum of those partials. The choice depends on the sizes; the
+    emitter records it (`Emitter.cascades`) and can be told to make the choices of the model at its own
+    sizes, so that a shrunk instance has the same program modulo sizes."""
     loops, _ = nest_loops(shape)
     innermost = loops[-1].var
     per_element = _numel(shape) // max(1, _numel(acc.shape))
     reads_innermost = any(isinstance(n, Var) and n.name == innermost
                           for i in index(nest_loops(shape)[1]) for n in walk_expr(ex(i)))
-    if op not in ("+", "-") or len(shape) < 2 or per_element <= CASCADE_TERMS or reads_innermost:
+    if op not in ("+", "-") or len(shape) < 2 or reads_innermost or not em.cascade(per_element > CASCADE_TERMS):
         em.nest(shape, lambda *v: accumulate(acc, index(v), term(v), op))
         return
     partial = em.temp(shape[:-1], acc.code, acc.scope)

@@ -55,16 +55,22 @@ class Translation:
     # parameter nor a buffer): inputs of the program after the forward inputs (the published order:
     # inputs, constants, parameters), here with the values the module gives them (empty on `meta`)
     constants: dict[str, np.ndarray] = field(default_factory=dict)
+    # the size-dependent choices of the emission (per sum that may go in two stages, in order, whether it
+    # does): what `translate(..., cascades=)` repeats at other sizes
+    cascades: tuple[bool, ...] = ()
 
     @property
     def text(self) -> str:
         return format_program(self.program)
 
 
-def translate(module: torch.nn.Module, inputs: Sequence, dtype: str | None = None) -> Translation:
+def translate(module: torch.nn.Module, inputs: Sequence, dtype: str | None = None,
+              cascades: Sequence[bool] | None = None) -> Translation:
     """Translate `module` called on `inputs` (tensors; other values are baked in as constants). A module
     and inputs on the `meta` device translate too (only shapes are needed): the program at sizes too
-    large to run, whose `reference` cannot be called and whose `example_inputs` are empty."""
+    large to run, whose `reference` cannot be called and whose `example_inputs` are empty. `cascades`
+    makes the size-dependent choices of another translation of the module (its `cascades`): a shrunk
+    instance then has the program of the own-size one, modulo sizes."""
     float_code = code_of(dtype or _input_float_dtype(inputs))
     module64 = wrap_leaf(_as_float64(module), len(inputs))
     inputs64 = [_tensor_float64(x) for x in inputs]
@@ -73,7 +79,7 @@ def translate(module: torch.nn.Module, inputs: Sequence, dtype: str | None = Non
     values = record_values(gm, inputs64)
     calls = {n: normalise(n, gm) for n in gm.graph.nodes if _is_tensor_call(n, values)}
     plan = plan_names(gm, values, calls, module64, float_code)
-    program = _emit(gm, values, calls, plan)
+    program, chosen = _emit(gm, values, calls, plan, cascades)
     signature = _signature(plan)
     reference = make_reference(module64, gm, plan, inputs64)
     own = getattr(torch, torch_name(float_code))
@@ -84,7 +90,7 @@ def translate(module: torch.nn.Module, inputs: Sequence, dtype: str | None = Non
     examples = {} if on_meta else {r.name: _numpy(x) for r, x in zip(plan.inputs, tensors, strict=True)}
     constants = {} if on_meta else \
         {r.name: _numpy(t.to(torch.float64) if t.dtype.is_floating_point else t) for r, t in plan.constants}
-    return Translation(program, signature, reference, examples, in_dtype, constants)
+    return Translation(program, signature, reference, examples, in_dtype, constants, chosen)
 
 
 def _mutates(node: fx.Node) -> bool:
@@ -128,8 +134,9 @@ def _is_tensor_call(node: fx.Node, values) -> bool:
     return isinstance(value, torch.Tensor) or is_tensor_tuple(value)
 
 
-def _emit(gm: fx.GraphModule, values, calls: dict[fx.Node, OpCall], plan: NamePlan) -> Program:
-    em = Emitter(plan.used_names())
+def _emit(gm: fx.GraphModule, values, calls: dict[fx.Node, OpCall], plan: NamePlan,
+          cascades: Sequence[bool] | None) -> tuple[Program, tuple[bool, ...]]:
+    em = Emitter(plan.used_names(), cascades)
     env: dict[fx.Node, object] = dict(plan.nodes)
     for node in gm.graph.nodes:
         if node.op == "placeholder" and node not in env:
@@ -143,7 +150,7 @@ def _emit(gm: fx.GraphModule, values, calls: dict[fx.Node, OpCall], plan: NamePl
             env[node] = _python_value(node, values, env)
         elif node.op == "output":
             _emit_output(em, node.args[0], env, plan)
-    return em.program()
+    return em.program(), tuple(em.cascades)
 
 
 def _scalar_argument(node: fx.Node, values):

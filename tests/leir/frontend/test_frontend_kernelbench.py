@@ -96,7 +96,8 @@ def test_cli_translate_prints_one_json_line_per_file_and_fails_on_any_failure():
     assert [r["ok"] for r in lines] == [True, False]
     good, bad = lines
     assert set(good) == {"file", "ok", "leir", "signature", "verification", "error", "notes", "sizes",
-                         "same_structure"}
+                         "same_structure", "verified_at"}
+    assert good["verified_at"] == "shrunk"
     assert good["verification"]["status"] == "exact" and good["leir"].startswith("B^{4}_{tx=0}L^{16384}_{a=0}")
     assert good["sizes"]["emitted"]["A"] == [4, 16384] and good["sizes"]["verified"]["A"] == [4, 64]
     assert good["sizes"]["constants_changed"] == {"dim": [16384, 64]} and good["same_structure"]
@@ -261,3 +262,39 @@ def test_a_tensor_built_in_forward_is_an_input_the_record_names_with_its_values(
     assert any(n.startswith(f"input {inputs[1]} is the [4] tensor the module builds in forward") for n in record["notes"])
     plain = translate_one(PROBLEMS / "19_ReLU.py", ["batch_size=2", "dim=64"], None, "float64")
     assert "constants" not in plain
+
+
+# --- a shrunk instance makes the own-size program's size-dependent choices ------------------------------
+
+@pytest.mark.skipif(not have_verifier(), reason="TVM lowering not available")
+def test_a_shrunk_instance_sums_in_two_stages_where_the_own_size_program_does():
+    """At its own sizes the mean has 32768 terms per element and is summed in two stages; the instance
+    verified in its place (every input at most 4096 elements) had a one-stage sum, so the two programs
+    differed in more than sizes and the record was refused (16 of KernelBench's level 2: group, batch
+    and instance norms, global pools). The instance now follows the own-size program's choices."""
+    from cli.translate import translate_one
+    from leir.parse import parse_program
+
+    record = translate_one(PROBLEMS / "24_long_mean_own_size.py", [], None, "float32")
+    assert record["ok"] and record["same_structure"], record
+    assert record["verified_at"] == "shrunk"
+    assert record["sizes"]["emitted"]["A"] == [65536, 128, 256]
+    assert any("run in two stages" in n for n in record["notes"])
+    assert len(parse_program(record["leir"]).nests) == 4  # relu, partial sums, their sum, the mean
+    small = translate_one(PROBLEMS / "19_ReLU.py", ["batch_size=2", "dim=64"], None, "float64")
+    assert small["verified_at"] == "own_size"
+
+
+def test_the_translation_records_and_repeats_its_size_dependent_choices():
+    class Mean(torch.nn.Module):
+        def forward(self, x):
+            return x.sum(dim=(1, 2))
+
+    big = translate(Mean(), [torch.empty(2, 128, 256, device="meta")])
+    small = translate(Mean(), [torch.randn(2, 4, 8)])
+    assert big.cascades == (True,) and small.cascades == (False,)
+    followed = translate(Mean(), [torch.randn(2, 4, 8)], cascades=big.cascades)
+    from leir.frontend.sizes import same_structure
+    assert followed.cascades == (True,) and same_structure(followed.program, big.program)
+    assert not same_structure(small.program, big.program)
+    assert interpret_error(followed) < 1e-6
