@@ -29,13 +29,13 @@ innermost loop runs in (a `V` loop, or a plain innermost loop that the compiler 
 itself: contiguous, no carried dependence, no call; a `V` loop over a statement with a call gains no
 lanes: the target has no vector form of the call, so the lanes are unpacked into one scalar call
 each and packed again around it, and the loop costs what the scalar loop does), the latency of a
-dependence the innermost loop carries, the cost of entering an innermost loop (innermost loops of a few iterations are unrolled: the loop around
-them is the one entered), the cache lines each access touches per execution at the cache level its
-data (or its reuse distance) fits in (a strided access whose lines stay in L1 for the next
-iterations of the loop around pays a line once per line, unless its stride is a power of two that
-crowds them into a few of L1's sets), and the cores and start-up cost of a parallel loop. It
-predicts no microseconds: the chain of thought compares two estimates of the same program, never
-quotes them as times."""
+dependence the innermost loop carries, the cost of entering an innermost loop (innermost loops of a
+few iterations are unrolled: the loop around them is the one entered), the cache lines each access
+touches per execution at the cache level its data (or its reuse distance) fits in (a strided access
+whose lines stay in L1 for the next iterations of the loop around pays a line once per line, unless
+its stride is a power of two that crowds them into a few of L1's sets), and the cores and start-up
+cost of a parallel loop. It predicts no microseconds: the chain of thought compares two estimates of
+the same program, never quotes them as times."""
 from __future__ import annotations
 
 import math
