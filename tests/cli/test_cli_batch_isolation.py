@@ -50,9 +50,9 @@ def test_translate_turns_any_exception_into_that_files_record(monkeypatch, tmp_p
         files.append(path)
     files.insert(1, PROBLEMS / "19_ReLU.py")  # a good file between the bad ones
 
-    def translate(model, inputs, dtype=None):
+    def translate(model, inputs, dtype=None, **kwargs):
         _raiser(errors, translate.current)
-        return real(model, inputs, dtype)
+        return real(model, inputs, dtype, **kwargs)
 
     import cli.translate
 
