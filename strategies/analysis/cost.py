@@ -248,6 +248,7 @@ class Estimate:
     line_bytes: int = 64
     cores: int = 2
     parallel_start: float = 12000.0  # starting and joining a parallel loop once (a few µs on a small VM)
+    nest: float = 100.0           # running a top-level nest at all (its loops' set-up, its pointers)
 
 
 ESTIMATE = Estimate()
@@ -263,7 +264,7 @@ def estimated_cycles(program: Program, nests: range, target: str = "llvm", e: Es
             here = written.setdefault(site.nest_index, set())
             total += _statement_cycles(site, shapes, here, target, e)
             here.add(site.stmt.lhs.tensor)
-    return total
+    return total + e.nest * len(range(len(program.nests))[nests.start:nests.stop])
 
 
 def _weighted_work(expr, e: Estimate, var: str) -> tuple[float, float, int]:
