@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -35,6 +36,10 @@ workloads_app = typer.Typer(help="The catalogue of source programs: list workloa
 DEFAULT_TIMEOUT_S = 300.0     # per file: tracing, shrinking probes and verification, on a busy 2-core machine
 DEFAULT_MEMORY_MB = 4096      # per file, resident memory beyond what its process starts with (PyTorch, TVM)
 AUTO_MAX_ELEMENTS = 4096      # the shrunk instance when the file's own sizes are too large to verify
+# Verifying a program holds about this many times its buffers at once (the inputs of each draw, PyTorch's
+# reference, the program's output, the comparison): KernelBench's 40_LayerNorm at its own sizes, 802 MiB
+# of buffers, peaked at 8.8 GiB resident. The own sizes are verified only when that fits in --memory.
+VERIFY_MEMORY_FACTOR = 12
 EXIT_INTERRUPTED = 130
 
 
@@ -68,7 +73,9 @@ def translate_files(
     = DEFAULT_TIMEOUT_S,
     memory: Annotated[int, typer.Option(min=64, help="MiB of resident memory each file's process may use beyond "
                                         "what it starts with (PyTorch and TVM imported) before it is killed and "
-                                        "its record says memory")] = DEFAULT_MEMORY_MB,
+                                        "its record says memory; a file's own sizes are verified only when "
+                                        f"their buffers take at most 1/{VERIFY_MEMORY_FACTOR} of it")
+                ] = DEFAULT_MEMORY_MB,
     workers: Annotated[int, typer.Option(min=1, help="files translated at once, each in its own process")] = 1,
 ):
     """Translate PyTorch problem files to LEIR and verify each against PyTorch eager (float64).
@@ -99,7 +106,7 @@ def translate_files(
     _warm_imports()
     from gpu_tasks.pool import Job, WorkerPool
 
-    options = (assignments, max_elements, dtype, draws, AtSize(at_size).value)
+    options = (assignments, max_elements, dtype, draws, AtSize(at_size).value, memory)
     jobs = [Job(translate_job, (str(path), *options), timeout_s=timeout) for path in files]
     failed, done = False, 0
     try:
@@ -155,7 +162,7 @@ def _warm_imports() -> None:
 # --- in the file's own process --------------------------------------------------------------------
 
 def translate_job(path: str, assignments: list[str], max_elements: int | None, dtype: str | None, draws: int,
-                  at_size: str) -> dict:
+                  at_size: str, memory_mb: int = DEFAULT_MEMORY_MB) -> dict:
     """The record of one file, made in the file's own process (a `WorkerPool` job). The file's output
     goes to stderr (stdout carries the records); whatever it raises, KeyboardInterrupt included,
     becomes the record."""
@@ -174,7 +181,7 @@ def translate_job(path: str, assignments: list[str], max_elements: int | None, d
     for crash in (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE):
         signal.signal(crash, signal.SIG_DFL)
     try:
-        record = translate_one(Path(path), assignments, max_elements, dtype, draws, at_size)
+        record = translate_one(Path(path), assignments, max_elements, dtype, draws, at_size, memory_mb)
     except BaseException as e:  # not the user's Ctrl-C (the batch's process handles that): the file's own
         record = _empty_record(Path(path))
         record["error"] = f"{type(e).__name__} raised by the problem file: {e}"
@@ -200,8 +207,10 @@ def _empty_record(path: Path) -> dict:
 
 
 def translate_one(path: Path, assignments: list[str], max_elements: int | None, dtype: str | None,
-                  draws: int = 3, at_size: AtSize | str = AtSize.original) -> dict:
-    """The JSON record of one file (never raises for a bad file: the error goes in the record)."""
+                  draws: int = 3, at_size: AtSize | str = AtSize.original,
+                  memory_mb: int = DEFAULT_MEMORY_MB) -> dict:
+    """The JSON record of one file (never raises for a bad file: the error goes in the record);
+    `memory_mb`: what its verification may hold (the file's own sizes are verified only within it)."""
     from leir.errors import LeirError, describe_exception
     from leir.frontend import translate
     from leir.frontend.kernelbench import load_problem, load_problem_meta, parse_assignment, read_constants
@@ -212,7 +221,7 @@ def translate_one(path: Path, assignments: list[str], max_elements: int | None, 
         overrides = dict(parse_assignment(a) for a in assignments)
         full, too_large = None, ""
         if max_elements is None:
-            full, too_large = _own_size(path, overrides, dtype)
+            full, too_large = _own_size(path, overrides, dtype, memory_mb)
             if too_large:
                 max_elements = AUTO_MAX_ELEMENTS
         # shrinking on its own accord, the instance may shrink --set constants too (the emitted program
@@ -238,7 +247,7 @@ def translate_one(path: Path, assignments: list[str], max_elements: int | None, 
         emitted, same = (full if follow else verified), True
         record["verified_at"] = "shrunk" if problem.shrunk else "own_size"
         if original:
-            same = same_structure(emitted.program, verified.program)
+            same = same_structure(emitted.program, verified.program, emitted.size_constants + verified.size_constants)
             if follow and any(full.cascades):
                 record["notes"] = [*record["notes"], f"{sum(full.cascades)} sum(s) of the own-size program run in "
                                    "two stages (more than 2^14 terms per element); the shrunk instance sums them "
@@ -285,11 +294,12 @@ def _constants_of(emitted, verified) -> tuple[dict, list[str]]:
     return values, notes
 
 
-def _own_size(path: Path, overrides: dict, dtype: str | None):
+def _own_size(path: Path, overrides: dict, dtype: str | None, memory_mb: int = DEFAULT_MEMORY_MB):
     """(the translation at the file's own sizes, traced on the meta device, and why it is too large to
-    verify, "" when it is not); (None, "") when it cannot be traced there (Python that needs values):
-    then the file is verified at its own sizes, as before."""
-    from gpu_tasks.guard import limit_violation
+    verify, "" when it is not: its statements within the guard's limit, its buffers within the guard's
+    and within `memory_mb` / VERIFY_MEMORY_FACTOR); (None, "") when it cannot be traced there (Python
+    that needs values): then the file is verified at its own sizes, as before."""
+    from gpu_tasks.guard import DEFAULT_LIMITS, limit_violation
     from leir.frontend import translate
     from leir.frontend.kernelbench import load_problem_meta
 
@@ -298,7 +308,11 @@ def _own_size(path: Path, overrides: dict, dtype: str | None):
         full = translate(meta.model, meta.inputs, dtype)
     except ITEM_ERRORS:
         return None, ""
-    return full, limit_violation(full.program, full.signature)
+    budget = min(DEFAULT_LIMITS.max_buffer_bytes, memory_mb * 2**20 // VERIFY_MEMORY_FACTOR)
+    why = limit_violation(full.program, full.signature, replace(DEFAULT_LIMITS, max_buffer_bytes=budget))
+    if why and budget < DEFAULT_LIMITS.max_buffer_bytes and not limit_violation(full.program, full.signature):
+        why += f" ({memory_mb} MiB of --memory / {VERIFY_MEMORY_FACTOR}, what a verification holds at once)"
+    return full, why
 
 
 # --- back in the batch's process: the record from what came back --------------------------------

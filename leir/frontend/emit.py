@@ -94,6 +94,8 @@ class Emitter:
         # emission order; `cascades` makes them instead (the choices of the same model at other sizes)
         self.cascades: list[bool] = []
         self._cascade_plan = tuple(cascades) if cascades is not None else None
+        # float literals computed from sizes (attention's 1/sqrt(E)), which differ between two sizes
+        self.size_constants: list[float] = []
 
     def cascade(self, by_size: bool) -> bool:
         """Whether the next sum that may go in two stages does: as planned, else `by_size`."""
@@ -101,6 +103,11 @@ class Emitter:
         plan = self._cascade_plan
         self.cascades.append(plan[k] if plan is not None and k < len(plan) else by_size)
         return self.cascades[-1]
+
+    def size_constant(self, value: float) -> float:
+        """`value`, recorded as derived from sizes (a shrunk instance has another one in its place)."""
+        self.size_constants.append(float(value))
+        return value
 
     def temp(self, shape: Sequence[int], code: str, scope: str = "g") -> Ref:
         """A fresh temporary; a half-precision (or float32) one is a float32 local while the emitter

@@ -6,10 +6,12 @@ bounds, flattened strides) replaced by 0, and integer arithmetic on an index (`g
 reduced to the index: the emitter leaves out a stride or offset that a size made trivial (`g*1+c` is
 written `g+c`). Two translations of one model have the same skeleton when shrinking changed nothing
 but sizes (not, e.g., a dimension shrunk to 1 and then broadcast, which reads element 0 instead of
-following an index, or a pooling window that no longer fits).
+following an index, or a pooling window that no longer fits). Float literals the translator computed
+from sizes (`Translation.size_constants`, attention's 1/sqrt(E)) are replaced by 0 too, when named.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import fields, is_dataclass, replace
 
 from leir.ast import BinOp, Loop, Num, Program
@@ -17,28 +19,30 @@ from leir.ast import BinOp, Loop, Num, Program
 INDEX_ARITHMETIC = ("+", "-", "*", "//", "%")
 
 
-def skeleton(program: Program) -> Program:
-    return _strip(program)
+def skeleton(program: Program, size_constants: Sequence[float] = ()) -> Program:
+    return _strip(program, frozenset(size_constants))
 
 
-def same_structure(a: Program, b: Program) -> bool:
-    return skeleton(a) == skeleton(b)
+def same_structure(a: Program, b: Program, size_constants: Sequence[float] = ()) -> bool:
+    """Whether `a` and `b` differ only in sizes; `size_constants`: the float literals of either that
+    were computed from sizes."""
+    return skeleton(a, size_constants) == skeleton(b, size_constants)
 
 
-def _strip(node):
+def _strip(node, sized: frozenset = frozenset()):
     if isinstance(node, BinOp) and node.op in INDEX_ARITHMETIC:
         if _is_int(node.rhs):
-            return _strip(node.lhs)
+            return _strip(node.lhs, sized)
         if _is_int(node.lhs) and node.op in ("+", "*"):
-            return _strip(node.rhs)
+            return _strip(node.rhs, sized)
     if isinstance(node, Num):
-        return Num(0) if isinstance(node.value, int) else node
+        return Num(0) if isinstance(node.value, int) or node.value in sized else node
     if isinstance(node, Loop):
         return replace(node, extent=0)
     if isinstance(node, tuple):
-        return tuple(_strip(x) for x in node)
+        return tuple(_strip(x, sized) for x in node)
     if is_dataclass(node):
-        return replace(node, **{f.name: _strip(getattr(node, f.name)) for f in fields(node)})
+        return replace(node, **{f.name: _strip(getattr(node, f.name), sized) for f in fields(node)})
     return node
 
 

@@ -58,6 +58,9 @@ class Translation:
     # the size-dependent choices of the emission (per sum that may go in two stages, in order, whether it
     # does): what `translate(..., cascades=)` repeats at other sizes
     cascades: tuple[bool, ...] = ()
+    # float literals of the program computed from sizes (attention's 1/sqrt(E)): where a shrunk instance
+    # may differ from the own-size program beyond its integers (`leir.frontend.sizes.same_structure`)
+    size_constants: tuple[float, ...] = ()
 
     @property
     def text(self) -> str:
@@ -79,7 +82,7 @@ def translate(module: torch.nn.Module, inputs: Sequence, dtype: str | None = Non
     values = record_values(gm, inputs64)
     calls = {n: normalise(n, gm) for n in gm.graph.nodes if _is_tensor_call(n, values)}
     plan = plan_names(gm, values, calls, module64, float_code)
-    program, chosen = _emit(gm, values, calls, plan, cascades)
+    program, chosen, size_constants = _emit(gm, values, calls, plan, cascades)
     signature = _signature(plan)
     reference = make_reference(module64, gm, plan, inputs64)
     own = getattr(torch, torch_name(float_code))
@@ -90,7 +93,7 @@ def translate(module: torch.nn.Module, inputs: Sequence, dtype: str | None = Non
     examples = {} if on_meta else {r.name: _numpy(x) for r, x in zip(plan.inputs, tensors, strict=True)}
     constants = {} if on_meta else \
         {r.name: _numpy(t.to(torch.float64) if t.dtype.is_floating_point else t) for r, t in plan.constants}
-    return Translation(program, signature, reference, examples, in_dtype, constants, chosen)
+    return Translation(program, signature, reference, examples, in_dtype, constants, chosen, size_constants)
 
 
 def _mutates(node: fx.Node) -> bool:
@@ -135,7 +138,7 @@ def _is_tensor_call(node: fx.Node, values) -> bool:
 
 
 def _emit(gm: fx.GraphModule, values, calls: dict[fx.Node, OpCall], plan: NamePlan,
-          cascades: Sequence[bool] | None) -> tuple[Program, tuple[bool, ...]]:
+          cascades: Sequence[bool] | None) -> tuple[Program, tuple[bool, ...], tuple[float, ...]]:
     em = Emitter(plan.used_names(), cascades)
     env: dict[fx.Node, object] = dict(plan.nodes)
     for node in gm.graph.nodes:
@@ -150,7 +153,7 @@ def _emit(gm: fx.GraphModule, values, calls: dict[fx.Node, OpCall], plan: NamePl
             env[node] = _python_value(node, values, env)
         elif node.op == "output":
             _emit_output(em, node.args[0], env, plan)
-    return em.program(), tuple(em.cascades)
+    return em.program(), tuple(em.cascades), tuple(em.size_constants)
 
 
 def _scalar_argument(node: fx.Node, values):

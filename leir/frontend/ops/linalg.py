@@ -142,7 +142,7 @@ def scaled_dot_product_attention(em, out, q, k, v, attn_mask=None, dropout_p=0.0
         ki = batch_index(k.shape[:-2], b, batch_shape, heads) + [s, e]
         return accumulate(scores, (*b, l, s), q.at(*qi) * k.at(*ki))
     em.nest(list(scores.shape) + [q.shape[-1]], qk)
-    factor = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    factor = em.size_constant(1.0 / math.sqrt(q.shape[-1])) if scale is None else scale
     logits = em.temp(scores.shape, q.code)
 
     def masked(*ix):

@@ -240,6 +240,47 @@ def test_a_program_small_enough_is_still_verified_at_its_own_sizes():
     assert record["signature"]["tensors"][0]["shape"] == [2, 64]
 
 
+def test_attentions_scale_is_a_size_constant_the_comparison_of_sizes_allows():
+    """scaled_dot_product_attention scales by 1/sqrt(E), a float computed from a size: KernelBench's
+    97_ScaledDotProductAttention (E 1024 at its own sizes, 8 shrunk) was refused as "differs in more
+    than sizes". The translation names the literals it computed from sizes, and only those may differ."""
+    from leir.frontend.sizes import same_structure
+
+    class Attention(torch.nn.Module):
+        def forward(self, q, k, v):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+    big = translate(Attention(), [torch.empty(2, 64, 1024, device="meta")] * 3)
+    small = translate(Attention(), [torch.randn(2, 4, 8)] * 3)
+    assert big.size_constants == (1 / 32,) and small.size_constants == (1 / 8 ** 0.5,)
+    assert not same_structure(big.program, small.program)
+    assert same_structure(big.program, small.program, big.size_constants + small.size_constants)
+
+    class Scaled(torch.nn.Module):  # a scale the model gives is its own literal, not a size's
+        def forward(self, q, k, v):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=0.5)
+
+    given = translate(Scaled(), [torch.randn(2, 4, 8)] * 3)
+    assert given.size_constants == ()
+    assert not same_structure(given.program, small.program, small.size_constants)
+
+
+@pytest.mark.skipif(not have_verifier(), reason="TVM lowering not available")
+def test_the_own_sizes_are_verified_only_when_the_verification_fits_in_the_memory_limit():
+    """A verification holds about VERIFY_MEMORY_FACTOR times the program's buffers: KernelBench's
+    40_LayerNorm (802 MiB of buffers, within the guard's 1 GiB) was verified at its own sizes and
+    killed at the default 4 GiB. Beyond --memory / factor the file is verified on a shrunk instance."""
+    from cli.translate import VERIFY_MEMORY_FACTOR, translate_one
+
+    sizes = ["batch_size=16", "dim=65536"]  # two float32 tensors of 4 MiB
+    roomy = translate_one(PROBLEMS / "19_ReLU.py", sizes, None, "float32")
+    assert roomy["ok"] and roomy["verified_at"] == "own_size"
+    tight = translate_one(PROBLEMS / "19_ReLU.py", sizes, None, "float32", memory_mb=64)
+    assert tight["ok"] and tight["verified_at"] == "shrunk", tight
+    assert any(f"64 MiB of --memory / {VERIFY_MEMORY_FACTOR}" in n for n in tight["notes"]), tight["notes"]
+    assert tight["signature"]["tensors"][0]["shape"] == [16, 65536]  # the program is the file's own
+
+
 # --- issue 43: tensors built in forward are said to be inputs, with their values -----------------------
 
 @pytest.mark.skipif(not have_verifier(), reason="TVM lowering not available")
