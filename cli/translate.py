@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -299,7 +298,7 @@ def _own_size(path: Path, overrides: dict, dtype: str | None, memory_mb: int = D
     verify, "" when it is not: its statements within the guard's limit, its buffers within the guard's
     and within `memory_mb` / VERIFY_MEMORY_FACTOR); (None, "") when it cannot be traced there (Python
     that needs values): then the file is verified at its own sizes, as before."""
-    from gpu_tasks.guard import DEFAULT_LIMITS, limit_violation
+    from gpu_tasks.guard import buffer_bytes, limit_violation
     from leir.frontend import translate
     from leir.frontend.kernelbench import load_problem_meta
 
@@ -308,10 +307,11 @@ def _own_size(path: Path, overrides: dict, dtype: str | None, memory_mb: int = D
         full = translate(meta.model, meta.inputs, dtype)
     except ITEM_ERRORS:
         return None, ""
-    budget = min(DEFAULT_LIMITS.max_buffer_bytes, memory_mb * 2**20 // VERIFY_MEMORY_FACTOR)
-    why = limit_violation(full.program, full.signature, replace(DEFAULT_LIMITS, max_buffer_bytes=budget))
-    if why and budget < DEFAULT_LIMITS.max_buffer_bytes and not limit_violation(full.program, full.signature):
-        why += f" ({memory_mb} MiB of --memory / {VERIFY_MEMORY_FACTOR}, what a verification holds at once)"
+    why = limit_violation(full.program, full.signature)
+    budget = memory_mb * 2**20 // VERIFY_MEMORY_FACTOR
+    if not why and (nbytes := buffer_bytes(full.program, full.signature)) > budget:
+        why = (f"{nbytes:,} bytes of buffers exceed the limit of {budget:,} ({memory_mb} MiB of --memory / "
+               f"{VERIFY_MEMORY_FACTOR}, what a verification holds at once)")
     return full, why
 
 
