@@ -15,7 +15,8 @@ problem, in a process of its own (a hang, a crash or an exhausted memory is that
 2. **References**, before anything of TVM exists in the process: PyTorch eager and `torch.compile`
    (`--compile-modes`, the default mode unless told) as `gpu_tasks/torch_timing.py` times them (one
    thread and every core, the faster kept; compiled before timing, checked against eager, compile time
-   reported).
+   reported), in a process that keeps its freed memory as a caching allocator would (glibc tunables,
+   `CACHING_MALLOC_ENV`: eager's large outputs are not mapped and faulted in afresh at every call).
 3. **Naive correct**: the translated program verified against PyTorch (float64), as `steptp translate`.
 4. **Search** with `steptp search`'s defaults (`--driver`, greedy; the library policy ranked by the
    cost model, from the lake's offline model when there is one) and `--budget` states; every state is
@@ -236,7 +237,10 @@ def in_own_process(level: str, path: Path, args) -> dict:
                "--min-run-time", str(args.min_run_time),
                "--eager-floor-us", str(args.eager_floor_us), "--prior", args.prior or "",
                "--compile-modes", *args.compile_modes]
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    from gpu_tasks.torch_timing import CACHING_MALLOC_ENV
+
+    # freed blocks kept, as a caching allocator would: eager's large outputs are not faulted in afresh
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", **CACHING_MALLOC_ENV}
     t0 = time.perf_counter()
 
     def limit_memory():  # an allocation past it fails in the problem's process, not the machine's OOM killer

@@ -223,10 +223,14 @@ def torch_references(programs: list[dict], params: Params, modes) -> dict[str, d
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
+    from gpu_tasks.torch_timing import caching_malloc
+
     if not programs:
         return {}
     try:
-        with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        # the process keeps its freed blocks, as a caching allocator would (gpu_tasks/torch_timing.py)
+        with caching_malloc(), ProcessPoolExecutor(max_workers=1,
+                                                   mp_context=multiprocessing.get_context("spawn")) as pool:
             return pool.submit(_torch_times, programs, params, tuple(modes)).result()
     except Exception as e:  # the process itself failed (killed, out of memory): every row says so
         return {p["program_id"]: f"timing process: {_describe(e)}" for p in programs}
@@ -300,8 +304,10 @@ def best_states(results: dict) -> dict[str, str]:
 
 
 REFERENCE_KEYS = (*(f"{p}_{k}" for p in TORCH_PREFIXES for k in ("us", "threads", "runs", "number", "spread",
-                                                                   "us_by_threads", "recheck_us", "check")),
-                  "torch_compile_s", "torch_compile_max_autotune_s", "torch_process_threads", "torch_errors",
+                                                                   "us_by_threads", "faults_per_call",
+                                                                   "recheck_us", "check")),
+                  "torch_compile_s", "torch_compile_max_autotune_s", "torch_process_threads", "torch_allocator",
+                  "torch_errors",
                   "metaschedule_us", "session_naive_us", "session_best_us", "session_spread",
                   "session_threads",
                   "metaschedule_verification", "metaschedule_tuning_s", "metaschedule_relax_us",

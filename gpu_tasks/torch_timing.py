@@ -11,16 +11,62 @@ with the block count and the spread (interquartile range over the median). The c
 built with one compile thread (no pool of compile workers left running beside the timing), its
 compile time is reported, and it is checked against eager on the same inputs before it is timed.
 `process_threads` is the timing process's thread count before it times: what shares its cores from
-inside."""
+inside.
+
+The allocator: glibc hands a freed block of more than 32 MiB back to the system, so each eager call
+of a large element-wise module writes its output into a fresh mapping whose every page faults (a
+4096x4096 multiply: 16,384 faults and 15.9 ms a call, against 3.9 ms when the freed block is kept;
+the TVM states it is compared with write into a kept output). A CPU user runs PyTorch with a caching
+allocator (jemalloc or tcmalloc, as PyTorch's CPU tuning guide advises); CACHING_MALLOC_ENV makes
+glibc keep its freed blocks to the same effect, and every figure records the page faults per call
+(`*_faults_per_call`) and whether the setting was in force (`torch_allocator`). glibc reads it when
+the process starts: it goes into the environment of the process that times (`caching_malloc`)."""
 from __future__ import annotations
 
 import math
 import os
 import statistics
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 COMPILE_MODES = ("default", "max-autotune")
+
+# glibc's tunables (read at start-up): nothing is mmap'd on its own, and no freed memory is trimmed
+CACHING_MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**40)}
+
+
+def allocator() -> str:
+    """The `torch_allocator` column: `glibc, freed blocks kept` when this process started with
+    CACHING_MALLOC_ENV, else `glibc default` (each call may map and fault in its output afresh)."""
+    kept = all(os.environ.get(k) == v for k, v in CACHING_MALLOC_ENV.items())
+    return "glibc, freed blocks kept" if kept else "glibc default"
+
+
+@contextmanager
+def caching_malloc():
+    """CACHING_MALLOC_ENV in this process's environment for the processes started inside the block
+    (a spawned timing process reads it at start-up); the environment is restored after."""
+    saved = {k: os.environ.get(k) for k in CACHING_MALLOC_ENV}
+    os.environ.update(CACHING_MALLOC_ENV)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def page_faults() -> int:
+    """Minor page faults of this process so far (0 where `resource` is unavailable)."""
+    try:
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    except (ImportError, OSError):
+        return 0
 
 
 @dataclass(frozen=True)
@@ -31,6 +77,7 @@ class TorchTime:
     number: int                  # calls per block
     spread: float                # interquartile range / median
     us_by_threads: dict          # {threads: median µs}
+    faults_per_call: float       # minor page faults per call over the kept thread count's blocks
 
     def to_row(self, prefix: str) -> dict:
         row = asdict(self)
@@ -72,19 +119,20 @@ def time_callable(fn, inputs, min_run_time: float = 0.5, cores: int | None = Non
                 timer.timeit(10)  # warms the call up (its first calls are several times slower)
                 one = timer.timeit(10).median  # sizes the blocks
                 number = max(1, math.ceil(BLOCK_S / max(one, 1e-9)))
-                blocks, deadline = [], time.perf_counter() + min_run_time
+                blocks, deadline, faults = [], time.perf_counter() + min_run_time, page_faults()
                 while len(blocks) < 5 or time.perf_counter() < deadline:
                     blocks.append(timer.timeit(number).median)
-                found[threads] = (number, blocks)
+                found[threads] = (number, blocks, (page_faults() - faults) / (number * len(blocks)))
     finally:
         torch.set_num_threads(before)
-    medians = {t: statistics.median(b) for t, (_, b) in found.items()}
+    medians = {t: statistics.median(b) for t, (_, b, _) in found.items()}
     threads = min(medians, key=medians.get)
-    number, blocks = found[threads]
+    number, blocks, faults = found[threads]
     q1, _, q3 = statistics.quantiles(blocks, n=4) if len(blocks) > 1 else (blocks[0],) * 3
     return TorchTime(us=medians[threads] * 1e6, threads=threads, runs=len(blocks), number=number,
                      spread=(q3 - q1) / medians[threads] if medians[threads] > 0 else 0.0,
-                     us_by_threads={str(t): round(v * 1e6, 3) for t, v in sorted(medians.items())})
+                     us_by_threads={str(t): round(v * 1e6, 3) for t, v in sorted(medians.items())},
+                     faults_per_call=round(faults, 1))
 
 
 def compiled(module, inputs, mode: str):
@@ -132,7 +180,7 @@ def describe(e: Exception) -> str:
 
 def eager_times(module, inputs, min_run_time: float = 0.5) -> dict:
     """The `torch_eager_*` columns and the process's thread count before it timed."""
-    return {"torch_process_threads": process_threads(),
+    return {"torch_process_threads": process_threads(), "torch_allocator": allocator(),
             **time_callable(module, inputs, min_run_time).to_row("torch_eager")}
 
 

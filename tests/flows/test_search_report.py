@@ -136,6 +136,8 @@ def test_eager_is_timed_in_a_fresh_process_with_its_threads_runs_and_spread_and_
     assert row["torch_eager_us"] == min(row["torch_eager_us_by_threads"].values()) or \
         abs(row["torch_eager_us"] - min(row["torch_eager_us_by_threads"].values())) < 1e-3  # the faster kept
     assert row["torch_process_threads"] >= 1 and row["torch_errors"] is None and "torch_compile_us" not in row
+    assert row["torch_allocator"] == "glibc, freed blocks kept" and row["torch_eager_faults_per_call"] >= 0
+    assert "MALLOC_MMAP_MAX_" not in os.environ  # set for the timing process only
     assert times["nope"].startswith("LookupError: no catalogue instance of matmul")
     assert search.torch_references([], load_params(), ()) == {}
 
