@@ -2,10 +2,12 @@
 `sft`, `preference`, `preference_chat` and the trajectories, from the `effects` of the machine that
 timed the release.
 
-- `measured`: one row per released step: its record (parent, depth, site, parameters, claim), its
-  verification, its before and after time, the speedup with its interval and class, and for an
-  `enabling` step the best chain through one of its verified follow-ups (`chain_*`) and whether it
-  is a dead end (`dead_end`: no follow-up that was timed pays, or none verified).
+- `measured`: one row per released step of a program written for the build's target (the steps it
+  times): its record (parent, depth, site, parameters, claim), its verification, its before and
+  after time, the speedup with its interval and class, and for an `enabling` step the best chain
+  through one of its verified follow-ups (`chain_*`) and whether it is a dead end (`dead_end`: no
+  follow-up that was timed pays, or none verified). The released steps of programs written for a
+  GPU are `gpu_steps`: the same columns, times and effects null (no GPU timed the build).
 - `sft`: what the clock says is worth teaching, in the chat form: every single-step sample whose
   step is `faster` (unless it is a dead end), every enabling step (not `slower` itself) whose chain
   is `faster`, and that chain as a two-step sample in the published multi-answer format
@@ -252,7 +254,8 @@ def release_trajectories(lake, split_of_family: dict[str, str]) -> tuple[list[di
     strategy, site, parameters and exactness; per state its verification against the original, time
     and speedup over the root with an interval; each step's effect; the search's own figures and the
     machine; `format` says whether every state is in the published LEIR format (`published`) or which
-    of the project's extensions it uses (`fast_exp`: released in a config of its own). Only
+    of the project's extensions it uses (`fast_exp`, `fast_log`, `fast_erf`: released in a config of
+    its own). Only
     trajectories whose every state verified (`exact`, or `close` where a step of it reassociates) and
     was timed are released; the second value counts the others by reason."""
     from pathlib import Path
@@ -348,9 +351,11 @@ PURPOSES = (
                 "`<think>...</think><answer>...</answer>` format), one or k options per prompt; deterministic, the "
                 "same bytes on any machine, and blind to speed"),
     ("chat", "the same samples as `messages` (user, assistant) for chat SFT tools; deterministic"),
-    ("measured", "analysis and process supervision: one row per released step with its record (parent, depth, "
-                 "site, parameters, claim), verification, times, speedup with its interval and class, and the "
-                 "best chain of an enabling step"),
+    ("measured", "analysis and process supervision: one row per released step of a CPU program with its record "
+                 "(parent, depth, site, parameters, claim), verification, times, speedup with its interval and "
+                 "class, and the best chain of an enabling step"),
+    ("gpu_steps", "the records of the released steps of programs written for a GPU (CUDA): `measured`'s columns, "
+                  "verified on the CPU, never timed (times, effects and chains null: no GPU timed this build)"),
     ("sft", "SFT chosen by measurement: steps that measured `faster`, enabling steps whose chain measured "
             "`faster` (and that are not `slower` themselves), and those chains as two-step samples, in the chat "
             "form with their effect columns"),
@@ -360,8 +365,9 @@ PURPOSES = (
     ("trajectories", "process supervision and search research: the search's best multi-step trajectories, "
                      "every state verified against the original and timed, each step with its site and "
                      "parameters so that it replays with `steptp apply`; the published LEIR format only"),
-    ("trajectories_fast_exp", "the trajectories that use this project's `fast_exp` extension (a vectorisable "
-                              "exponential), outside the published format: the same columns"),
+    ("trajectories_fast_exp", "the trajectories that use this project's fast-math extensions (`fast_exp`, "
+                              "`fast_log`, `fast_erf`: vectorisable exp, log and erf), outside the published "
+                              "format: the same columns"),
 )
 
 
@@ -377,10 +383,11 @@ def configs_section(sizes: dict[str, dict[str, int]]) -> str:
 def measured_section(m) -> str:
     """The card's account of speed (see the module docstring); `m` is `flows.release.Measured`."""
     lines = ["## Measured effects", ""]
-    gpu = sum(1 for e in m.effects if e.get("program_target") == "cuda")
+    gpu = len(m.gpu_steps)
     gpu_line = (f"{gpu} released steps belong to programs written for a GPU (CUDA): they were verified on the CPU "
                 "(LEIR's semantics do not depend on the target), and on CUDA where a GPU was present, but never "
-                "timed: their times and `effect` stay null in `measured`, and they are in no measured config.") \
+                "timed. Their records are the `gpu_steps` config (`measured`'s columns, times and effects null); "
+                "`measured` and the configs made from it hold the steps of CPU programs only.") \
         if gpu else ""
     if m.machine is None:
         return "\n".join([*lines, "No state was timed: the configs made of measurements are empty.",
@@ -444,7 +451,7 @@ def _effect_tables(m) -> list[str]:
             agg[k] += e[k]
     measured = sum(1 for e in m.effects if e["effect"])
     counts = m.timing.get("effects") or {}
-    lines = [f"{measured} of {len(m.effects)} released steps have a measured effect: "
+    lines = [f"{measured} of {len(m.effects)} released steps of CPU programs have a measured effect: "
              + ", ".join(f"{n} {k}" for k, n in counts.items()) + ".", "",
              "| level | timed steps | faster | neutral | slower | unresolved |",
              "| --- | --- | --- | --- | --- | --- |"]
@@ -453,8 +460,8 @@ def _effect_tables(m) -> list[str]:
               for lv, a in sorted(by_level.items())]
     chosen = Counter(p["chosen_strategy"] for p in m.preference)
     rejected = Counter(p["rejected_strategy"] for p in m.preference)
-    lines += ["", "| strategy | released | timed | faster | neutral | slower | unresolved | claim/effect "
-              "contradictions | preference pairs (chosen / rejected) |",
+    lines += ["", "| strategy | released (CPU programs) | timed | faster | neutral | slower | unresolved | "
+              "claim/effect contradictions | preference pairs (chosen / rejected) |",
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     lines += [f"| {k} | {e['released']} | {e['measured']} | {e['faster']} | {e['neutral']} | {e['slower']} | "
               f"{e['unresolved']} | {e['contradictions']} of {e['resolved']} | {chosen.get(k, 0)} / "
@@ -506,7 +513,7 @@ def _trajectory_paragraph(m) -> list[str]:
     steps = sum(t["steps"] for t in m.trajectories)
     published = sum(t["format"] == "published" for t in m.trajectories)
     kept = (f"`trajectories`: {published} multi-step records of the search in the published LEIR format, "
-            f"`trajectories_fast_exp`: {len(m.trajectories) - published} that use the `fast_exp` extension "
+            f"`trajectories_fast_exp`: {len(m.trajectories) - published} that use a fast-math extension "
             f"({steps} steps in all). After the "
             "search, every state was verified against the original on the verify stage's protocol (columns "
             "`verification`, `max_abs_err`) and all states of one program's trajectories were timed whole in "

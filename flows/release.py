@@ -10,7 +10,7 @@ import json
 import re
 import shutil
 import tempfile
-from collections import Counter as Tally
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,7 +50,7 @@ F64, I64, STR, BOOL = pa.float64(), pa.int64(), pa.string(), pa.bool_()
 MESSAGES = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
 # The configs made of measurements: never read by the deterministic ones.
 MEASURED_SCHEMAS = {
-    "measured": pa.schema([
+    **{name: pa.schema([
         ("step_id", STR), ("program_id", STR), ("parent_step_id", STR), ("depth", I64), ("family", STR), ("split", STR),
         ("strategy", STR), ("level", STR), ("site", STR), ("params", STR), ("claim", STR), ("enables", STR),
         ("before_state_id", STR), ("after_state_id", STR), ("before_leir", STR), ("after_leir", STR),
@@ -58,7 +58,7 @@ MEASURED_SCHEMAS = {
         ("speedup_low", F64), ("speedup_high", F64), ("effect", STR), ("timing_unit", STR), ("paired", BOOL),
         ("rounds", I64), ("chain_speedup", F64), ("chain_speedup_low", F64), ("chain_speedup_high", F64),
         ("chain_effect", STR), ("chain_step_id", STR), ("chain_strategy", STR), ("chain_after_leir", STR),
-        ("dead_end", BOOL), ("machine_id", STR)]),
+        ("dead_end", BOOL), ("machine_id", STR)]) for name in ("measured", "gpu_steps")},
     "sft": pa.schema([
         ("messages", MESSAGES), ("sample_id", STR), ("split", STR), ("kind", STR), ("step_ids", STR),
         ("strategies", STR), ("claim", STR), ("effect", STR), ("speedup", F64), ("speedup_low", F64),
@@ -83,7 +83,7 @@ MEASURED_SCHEMAS = {
         ("format", STR)]) for name in ("trajectories", "trajectories_fast_exp")},
 }
 # How each config's rows are ordered (a rebuild gives the same bytes).
-SORT_KEYS = {"measured": ("step_id",), "sft": ("sample_id",),
+SORT_KEYS = {"measured": ("step_id",), "gpu_steps": ("step_id",), "sft": ("sample_id",),
              "preference": ("prompt", "chosen_step_id", "rejected_step_id"),
              "preference_chat": ("chosen_step_id", "rejected_step_id"), "trajectories": ("trajectory_id",),
              "trajectories_fast_exp": ("trajectory_id",)}
@@ -106,10 +106,11 @@ class Measured:
     preference_chat: list[dict] = field(default_factory=list)
     timing: dict = field(default_factory=dict)
     trajectories_left_out: dict = field(default_factory=dict)  # reason -> trajectories not released
+    gpu_steps: list[dict] = field(default_factory=list)  # the records of steps of GPU programs: never timed
 
     def rows(self, config: str) -> list[dict]:
         published = [t for t in self.trajectories if t["format"] == "published"]
-        return {"measured": self.effects, "sft": self.sft, "preference": self.preference,
+        return {"measured": self.effects, "gpu_steps": self.gpu_steps, "sft": self.sft, "preference": self.preference,
                 "preference_chat": self.preference_chat, "trajectories": published,
                 "trajectories_fast_exp": [t for t in self.trajectories if t["format"] != "published"]}[config]
 
@@ -127,7 +128,11 @@ def measured_inputs(lake: Path, params, reports: Path | None = None) -> Measured
     )
 
     target = params.verify["target"]
-    effects, machine, timing, chain_prompt, chain_answer = measured_rows(lake, target)
+    rows, machine, timing, chain_prompt, chain_answer = measured_rows(lake, target)
+    # `measured` holds what this build can time: the steps of programs written for its target; the
+    # records of the others (programs written for a GPU) are `gpu_steps`, with the same columns
+    effects = [r for r in rows if r["program_target"] == target]
+    gpu_steps = [r for r in rows if r["program_target"] != target]
     samples = read_table(lake, "samples").to_pylist()
     per_prompt = int(params.release.get("preference_pairs_per_prompt", 4))
     pairs = preference_pairs(samples, effects, per_prompt)
@@ -139,7 +144,7 @@ def measured_inputs(lake: Path, params, reports: Path | None = None) -> Measured
     trajectories, left_out = release_trajectories(lake, split_of)
     return Measured(effects, pairs, trajectories, machine, model if model.exists() else None, quality,
                     sft_rows(samples, effects, chain_prompt, chain_answer), preference_chat_rows(pairs), timing,
-                    left_out)
+                    left_out, gpu_steps)
 
 
 def parse_version(version: str, development: bool = False) -> tuple[int, int, int]:
@@ -243,7 +248,7 @@ def _write_release(tmp: Path, releases: Path, earlier: list[str], version: str, 
     pq.write_table(steps.sort_by("step_id"), tmp / "data" / "steps.parquet", compression="zstd")
     if measured is not None:
         _write_measured(tmp, measured, tables)
-    per_strategy = dict(sorted(Tally(steps.column("strategy").to_pylist()).items()))
+    per_strategy = dict(sorted(Counter(steps.column("strategy").to_pylist()).items()))
     shapes = _released_shapes(programs, steps, tmp / "shapes.png") if programs is not None else None
     if reports is not None:
         _pin_reports(Path(reports), tmp / "reports")
@@ -418,14 +423,15 @@ def _limitations_section(params, samples: pa.Table, steps: pa.Table, programs: p
                 if gpu_only else "No released step is of a GPU-only strategy."),
              "- **Effects are measurements of one machine.** The `measured`, `sft`, `preference`, "
              "`preference_chat` and `trajectories` configs and the cost model come from timings of one CPU; another "
-             "machine may rank the same steps differently. GPU-target steps have no measured effect."
+             "machine may rank the same steps differently. GPU-target steps have no measured effect (their "
+             "records are `gpu_steps`)."
              + ("" if measured is not None and measured.machine else " This release holds no timing."),
              ]
     if programs is not None and "program_id" in steps.column_names:
         released = set(steps.column("program_id").to_pylist())
         dtype_of = {p["program_id"]: p["dtype"] for p in programs.select(["program_id", "dtype"]).to_pylist()}
-        per_dtype = Tally(dtype_of.get(p) for p in steps.column("program_id").to_pylist())
-        programs_per = Tally(dtype_of[p] for p in released if p in dtype_of)
+        per_dtype = Counter(dtype_of.get(p) for p in steps.column("program_id").to_pylist())
+        programs_per = Counter(dtype_of[p] for p in released if p in dtype_of)
         half = {d: (programs_per.get(d, 0), per_dtype.get(d, 0)) for d in ("float16", "bfloat16")}
         lines.append("- **Half precision is thin.** " + "; ".join(
             f"{d}: {n} programs, {k} of {steps.num_rows} released steps" for d, (n, k) in half.items())
@@ -471,13 +477,13 @@ def _data_sections(shapes: list[dict], samples: pa.Table, steps: pa.Table, folde
     figures = shape_figures(shapes)
     program_of = dict(zip(steps.column("step_id").to_pylist(), steps.column("program_id").to_pylist(), strict=True))
     shape_of = {r["program_id"]: r for r in shapes}
-    per_family, per_dtype = Tally(), Tally()
+    per_family, per_dtype = Counter(), Counter()
     for ids in samples.column("step_ids").to_pylist():
         first = shape_of.get(program_of.get((json.loads(ids) or [None])[0]))
         if first:
             per_family[first["family"]] += 1
             per_dtype[first["dtype"]] += 1
-    programs_per_family = Tally(r["family"] for r in shapes)
+    programs_per_family = Counter(r["family"] for r in shapes)
     sources = figures["programs_by_shape_source"]
     files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != "README.md")
     lines = ["## Shapes", "",
@@ -609,9 +615,10 @@ def _card(version, params, sizes, per_strategy, gate, counters, info, date, tabl
              "cites: filter counters, gate, split, strategies, verification, errors, summary and their figures), "
              "`croissant.json` (Croissant metadata with sha256 of every file and its Responsible-AI fields), "
              "`CHANGELOG.md`; made of measurements (sections Configs and Measured effects): `measured/`, `sft/`, "
-             "`preference/`, `preference_chat/`, `trajectories/` (one folder per config) and `cost_model.json`. "
+             "`preference/`, `preference_chat/`, `trajectories/` (one folder per config) and `cost_model.json`; "
+             "`gpu_steps/` (the records of the GPU programs' steps, never timed). "
              "Load with `datasets.load_dataset(DIR)` or `datasets.load_dataset(DIR, NAME)` for NAME in `chat`, "
-             "`measured`, `sft`, `preference`, `preference_chat`, `trajectories`, or with "
+             "`measured`, `gpu_steps`, `sft`, `preference`, `preference_chat`, `trajectories`, or with "
              "`mlcroissant.Dataset(jsonld=DIR + \"/croissant.json\")` (record sets `train`, `test`, "
              "`measured_train`, ...; the configs of nested message lists are files only).", "",
              f"Released {date} (`release.date` of params.yaml: the date the version was cut, not the build's "
@@ -773,8 +780,8 @@ def _refuse_damaged(folder: Path) -> None:
 
 # The folders of a release whose bytes are its data (the content hash of a development release), with
 # the pinned reports its card cites.
-RELEASE_DATA_FOLDERS = ("data", "chat", "chat_jsonl", "measured", "sft", "preference", "preference_chat",
-                        "trajectories", "trajectories_fast_exp", "reports")
+RELEASE_DATA_FOLDERS = ("data", "chat", "chat_jsonl", "measured", "gpu_steps", "sft", "preference",
+                        "preference_chat", "trajectories", "trajectories_fast_exp", "reports")
 
 
 def _compare_release(existing: Path, lake: Path, version: str, inputs: tuple) -> tuple[bool, str]:

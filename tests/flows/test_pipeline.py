@@ -381,11 +381,12 @@ def test_release_has_the_configs_made_of_measurements(tiny_lake):
     def config(name):
         return [r for f in sorted((release / name).glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
 
-    measured = config("measured")
-    assert sorted(r["step_id"] for r in measured) == released_ids(root / "lake")
+    measured, on_gpu = config("measured"), config("gpu_steps")
+    # every released step is in one of the two: `measured` the CPU programs' (timed), `gpu_steps` the others'
+    assert sorted(r["step_id"] for r in measured + on_gpu) == released_ids(root / "lake")
     target_of = {p["program_id"]: p["target"] for p in read_table(root / "lake", "programs").to_pylist()}
     on_cpu = [r for r in measured if target_of[r["program_id"]] == "llvm"]
-    on_gpu = [r for r in measured if target_of[r["program_id"]] == "cuda"]
+    assert len(on_cpu) == len(measured) and all(target_of[r["program_id"]] == "cuda" for r in on_gpu)
     assert on_cpu and all(r["effect"] in ("faster", "neutral", "slower", "unresolved") and r["before_us"] > 0
                           and r["after_us"] > 0 and r["site"] and r["claim"] in ("benefit", "enabling", "none")
                           for r in on_cpu)
@@ -396,8 +397,10 @@ def test_release_has_the_configs_made_of_measurements(tiny_lake):
             assert r["chain_step_id"] is None or r["chain_speedup"] > 0
     # a GPU program's effect stays unmeasured until it is timed on a GPU, and the card says so
     assert on_gpu and all(r["before_us"] is r["after_us"] is r["effect"] is r["speedup"] is None for r in on_gpu)
+    assert all(r["site"] and r["claim"] in ("benefit", "enabling", "none") for r in on_gpu)  # the record is kept
     card = (release / "README.md").read_text()
     assert f"{len(on_gpu)} released steps belong to programs written for a GPU" in card
+    assert "| `gpu_steps` |" in card
     by_step = {r["step_id"]: r for r in measured}
     for r in config("sft"):  # SFT chosen by measurement: nothing slower, no dead end
         assert r["effect"] == "faster" or (r["chain_effect"] == "faster" and r["step_effect"] != "slower")
