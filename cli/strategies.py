@@ -62,7 +62,7 @@ def register(app: typer.Typer) -> None:
                                                        "(a seeded, deterministic choice).")] = None,
               cot: Annotated[bool, typer.Option(help="Include the chain of thought.")] = True,
               extensions: Annotated[bool, typer.Option(help="Allow results that use this project's extensions of "
-                                                       "the published LEIR format (fast_exp); "
+                                                       "the published LEIR format (fast_exp, fast_log, fast_erf); "
                                                        "--no-extensions: the published format only, as "
                                                        "released data.")] = True,
               rounding_share: Annotated[float | None, typer.Option(callback=finite, min=0.0,
@@ -212,7 +212,7 @@ def _apply_batch(path: str, chosen, options) -> int:
     return 1 if failed else 0
 
 
-# --- the survey (issue 5's report) ----------------------------------------------------------------------
+# --- the survey ----------------------------------------------------------------------
 
 def catalogue_originals(n: int, seed: int = 0, dtype: str = "float32", shapes: str = "default",
                         workloads: list[str] | None = None) -> list:

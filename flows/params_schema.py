@@ -264,7 +264,7 @@ class Profile(Strict):
     inline_depth: NonNegative
     inline_branches: Count | None = None
     shard_workers: Count = 1
-    leir_extensions: list[Literal["fast_exp"]] = []
+    leir_extensions: list[Literal["fast_exp", "fast_log", "fast_erf"]] = []
     min_parallel_work: NonNegative = 8192  # 0: no bound
     token_states_per_family: NonNegative = 20
     steps_per_strategy: Count | None = None

@@ -1,10 +1,10 @@
-"""LEIR syntax tree: one frozen dataclass per node (LEIR.md §3).
+"""LEIR syntax tree: one frozen dataclass per node (docs/leir.md §3).
 
 Nodes compare and hash structurally. Value expressions and index expressions share node types; the
 parser only lets integer forms into subscripts. Conditions (`Compare`, `And`, `Or`) appear only as the
 first argument of `if_then_else`.
 
-Nothing here recurses on the depth of a tree (issue 28): a sum of 10,000 terms is a BinOp chain
+Nothing here recurses on the depth of a tree: a sum of 10,000 terms is a BinOp chain
 10,000 deep, and equality, hashing, `walk_expr` and `map_expr` walk it with an explicit stack.
 Equality and hashing mean what the dataclass versions meant (field by field; `Num(1) == Num(1.0)`).
 """
@@ -19,13 +19,14 @@ LOOP_KIND_NAMES = {"L": "serial", "P": "parallel", "V": "vectorized", "U": "unro
 SCOPES = ("g", "s", "l")
 ARITH_OPS = ("+", "-", "*", "/", "//", "%", "**")
 REL_OPS = ("<", "<=", ">", ">=", "==", "!=")
-# `fast_exp` is an *extension* of this project, not part of the published Step-TP format: exp
-# computed by range reduction and a polynomial (leir/lower/expr.py) that LLVM vectorises, where exp
-# is a scalar `expf` call per element. It equals exp only within float32 rounding (relative error
-# about 2e-7), never bitwise: a step that introduces it is `reassociating` (verified `close`), and
-# data in the published format never contains it.
-UNARY_FNS = ("exp", "log", "sqrt", "abs", "erf", "fast_exp")
-EXTENSION_FNS = ("fast_exp",)
+# `fast_exp`, `fast_log` and `fast_erf` are *extensions* of this project, not part of the published
+# Step-TP format: exp, log and erf computed by polynomials in plain arithmetic (leir/lower/expr.py)
+# that LLVM vectorises, where each is a scalar libm call per element. They equal the functions only
+# within float32 rounding (a few ulp), never bitwise: a step that introduces one is `reassociating`
+# (verified `close`), and data in the published format never contains them.
+UNARY_FNS = ("exp", "log", "sqrt", "abs", "erf", "fast_exp", "fast_log", "fast_erf")
+EXTENSION_FNS = ("fast_exp", "fast_log", "fast_erf")
+FAST_OF = {"exp": "fast_exp", "log": "fast_log", "erf": "fast_erf"}  # the extension of each function
 BINARY_FNS = ("max", "min")
 
 

@@ -1,4 +1,4 @@
-"""Name sequences and fresh-name allocation (LEIR.md §2).
+"""Name sequences and fresh-name allocation (docs/leir.md §2).
 
 Tensor names: `A C D ... Z` (upper-case without L P V B U T), then `Aa Ac ... Az Ca ...`, the later
 letters lower-case without l p v b u t. Loop indices: `a c d f ... w`, then `aa ac ...` (lower-case
@@ -12,7 +12,8 @@ TENSOR_FIRST = "ACDEFGHIJKMNOQRSWXYZ"
 TENSOR_REST = "acdefghijkmnoqrswxyz"
 INDEX_LETTERS = "acdfghijklmnopqrsuw"
 # Words that lex as keywords, never allocated as loop indices.
-KEYWORDS = frozenset({"exp", "log", "sqrt", "abs", "erf", "fast_exp", "max", "min", "inf", "if_then_else"})
+KEYWORDS = frozenset({"exp", "log", "sqrt", "abs", "erf", "fast_exp", "fast_log", "fast_erf", "max", "min", "inf",
+                      "if_then_else"})
 BIND_PREFIXES = ("tx", "ty", "tz", "bx", "by", "bz")
 
 
@@ -88,7 +89,7 @@ def index_names() -> Iterator[str]:
 
 
 class TensorNames:
-    """Fresh tensor names continuing the sequence past the largest name in use (LEIR.md §6)."""
+    """Fresh tensor names continuing the sequence past the largest name in use (docs/leir.md §6)."""
 
     def __init__(self, used: Iterable[str]):
         self._used = set(used)

@@ -43,7 +43,8 @@ from leir.errors import LeirSyntaxError
 _TERMINAL_NAMES = {
     "KIND": "a loop kind (L, P, V, U or B)", "TNAME": "a tensor name", "LNAME": "an index name",
     "INT": "an integer", "DECIMAL": "a number", "RELOP": "a comparison", "INF": "'inf'",
-    "SELECT": "'if_then_else'", "FAST_EXP": "'fast_exp'", "POW": "'**'", "FDIV": "'//'", "ADD": "'+'", "SUB": "'-'",
+    "SELECT": "'if_then_else'", "FAST_EXP": "'fast_exp'", "FAST_LOG": "'fast_log'", "FAST_ERF": "'fast_erf'",
+    "POW": "'**'", "FDIV": "'//'", "ADD": "'+'", "SUB": "'-'",
     "MUL": "'*'", "DIV": "'/'", "MOD": "'%'", "$END": "end of input",
     **{fn.upper(): repr(fn) for fn in ("exp", "log", "sqrt", "abs", "erf", "max", "min")},
 }
@@ -161,7 +162,7 @@ _FAST_TERMINALS = "\n%declare LOOP ACCESS ACCESS_OPEN\n"
 _TOKEN_RE = re.compile(r"""
     (?P<ACCESS>(?P<an>[ACD-KM-OQ-SW-Z][a-z]*)\s*\^\s*\{\s*(?P<ad>[a-z][a-z0-9]*)\s*,\s*(?P<as>[a-z][a-z0-9]*)\s*\}(?P<ao>\s*_\s*\{)?)
   | (?P<OP>\*\*|//|[-+*/%()\[\]{}=,;&|])
-  | (?P<WORD>if_then_else(?![a-z0-9_])|fast_exp(?![a-z0-9_])|[a-z][a-z0-9]*)
+  | (?P<WORD>if_then_else(?![a-z0-9_])|fast_(?:exp|log|erf)(?![a-z0-9_])|[a-z][a-z0-9]*)
   | (?P<DECIMAL>\d+\.\d+(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)
   | (?P<INT>\d+)
   | (?P<LOOP>(?P<lk>[LPVUB])\s*\^\s*\{\s*(?P<le>\d+)\s*\}\s*_\s*\{\s*(?P<lv>[a-z][a-z0-9]*)\s*=\s*(?P<ls>\d+)\s*\})
@@ -195,8 +196,8 @@ class _FastTables:
         inner = lark.parser.parser.parser
         table, callbacks = inner.parse_table, inner.callbacks
         literals = {t.pattern.value: t.name for t in lark.terminals if t.pattern.type == "str"}
-        self.words = {w: literals[w] for w in ("exp", "log", "sqrt", "abs", "erf", "fast_exp", "max", "min", "inf",
-                                                "if_then_else") if w in literals}
+        self.words = {w: literals[w] for w in ("exp", "log", "sqrt", "abs", "erf", "fast_exp", "fast_log",
+                                                "fast_erf", "max", "min", "inf", "if_then_else") if w in literals}
         self.ops = {op: literals[op] for op in ("-", "+", "*", "/", "%", "(", ")", "[", "]", "}", "=", ",",
                                                 ";", "&", "|", "**", "//") if op in literals}
         self.start_state, self.end_state = table.start_states[start], table.end_states[start]

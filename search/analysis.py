@@ -1,4 +1,4 @@
-"""What the program's own structure says about its speed on a CPU (issue 27): an analytic estimate of
+"""What the program's own structure says about its speed on a CPU: an analytic estimate of
 a state's time that ranks proposals beside the cost model learned from the lake.
 
 The estimate is a small roofline over the LEIR tree, statement by statement (`estimate_cycles`):
@@ -69,7 +69,7 @@ class Machine:
 
 DEFAULT_MACHINE = Machine()
 CALL_COST = {"exp": 20.0, "log": 20.0, "erf": 24.0, "sqrt": 6.0, "abs": 1.0, "max": 1.0, "min": 1.0,
-             "fast_exp": 10.0}
+             "fast_exp": 10.0, "fast_log": 12.0, "fast_erf": 12.0}
 SCALAR_CALLS = ("exp", "log", "erf")        # scalar library calls: LLVM does not vectorise them
 LEVEL_CYCLES = (0.5, 3.0, 10.0)            # a cache line from L1, L2, beyond
 

@@ -1,4 +1,4 @@
-"""A learned cost model that ranks a policy's proposals before any of them is measured (issue 14).
+"""A learned cost model that ranks a policy's proposals before any of them is measured.
 
 Features come from the LEIR tree alone (`program_features`): loop extents and kinds, the stride of
 every access along the innermost loop and along the loops above it, reuse (iterations per distinct
@@ -75,7 +75,7 @@ def program_features(program: Program) -> np.ndarray:
         f["local_accesses"] += w * sum(a.scope == "l" for a in accs)
         calls = [n for n in walk_expr(s.stmt.rhs) if isinstance(n, Call)]
         f["exp_calls"] += w * sum(c.fn == "exp" for c in calls)
-        f["fast_exp_calls"] += w * sum(c.fn == "fast_exp" for c in calls)
+        f["fast_exp_calls"] += w * sum(c.fn.startswith("fast_") for c in calls)  # any vectorisable fast form
         distinct = sum(math.prod(shapes.get(a.tensor) or (1,)) for a in dict.fromkeys(accs)) or 1
         f["log_reuse"] += w * math.log2(max(iters * len(accs) / distinct, 1.0))
         # Data one pass of the two innermost loops touches (a proxy for the working set of a tile).
@@ -108,7 +108,7 @@ def _booster_params(seed: int, depth: int = 4, eta: float = 0.2) -> dict:
 
 @dataclass
 class PriorModel:
-    """The offline cost model (issue 24): an XGBoost regressor of log2(time in µs) of a program state on
+    """The offline cost model: an XGBoost regressor of log2(time in µs) of a program state on
     the machine that measured the lake's timings, trained on every timed state of a build. The search
     starts from it: before any state of a new search is timed, proposals are ranked by the time it
     predicts. Saved as one JSON file (the booster and what it was trained on)."""

@@ -1,4 +1,4 @@
-"""Composite proposals recorded as atomic steps (issue 27): a macro action is a short sequence of the
+"""Composite proposals recorded as atomic steps: a macro action is a short sequence of the
 registered strategies' own transformations, each applied to the previous one's result, offered to
 the search as one proposal. The search verifies every step against the original and records every
 step as a state of the trajectory (`search.drivers.Search.evaluate`), so a 64-state search can reach
@@ -541,16 +541,17 @@ def _walks_contiguously(program: Program, stmt: Stmt, var: str) -> bool:
 
 def _vector_params(extent: int, lanes: int) -> Iterator[dict]:
     """Vectorisation variants, widest useful first: the whole loop when short, else a split by a
-    multiple of the lanes; each also as partial results (a reduction axis) and with fast_exp."""
+    multiple of the lanes; each also as partial results (a reduction axis) and with the fast forms of
+    exp, log and erf (`math: fast`)."""
     widths = [w for w in (2 * lanes, lanes) if extent % w == 0 and w < extent]
     base = ([{}] if extent <= 4 * lanes else []) + [{"width": w} for w in widths]
     for p in base:
-        yield {**p, "exp": "fast"}
+        yield {**p, "math": "fast"}
         yield p
     # a reduction axis: partial results one register wide, whose combining nest (a serial chain as
     # long as the width) is then half as long as with two registers
     for w in sorted(widths):
-        yield {"width": w, "partials": True, "exp": "fast"}
+        yield {"width": w, "partials": True, "math": "fast"}
         yield {"width": w, "partials": True}
 
 

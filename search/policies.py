@@ -65,8 +65,8 @@ def prior(t: Transformation) -> float:
         score += 0.5 if factor in (4, 8, 16) else 0.0   # vector-width friendly
         if t.strategy == "reduction_factorization" and factor in (8, 16, 32):
             score += 1.5                         # partial results a vector loop can compute
-    elif t.strategy == "loop_vectorization" and t.params.get("exp") == "fast":
-        score += 1.5                             # exp as vector code instead of scalar expf calls
+    elif t.strategy == "loop_vectorization" and "fast" in (t.params.get("exp"), t.params.get("math")):
+        score += 1.5                             # exp (log, erf) as vector code instead of scalar libm calls
     elif t.strategy == "loop_reorder" and _stride_one_innermost(t):
         score += 5.0                             # the innermost loop now walks memory contiguously
     return score

@@ -111,7 +111,8 @@ def _erf(x):
     return np.vectorize(erf, otypes=[float])(x)
 
 
-_UNARY = {"exp": np.exp, "fast_exp": np.exp, "log": np.log, "sqrt": np.sqrt, "abs": np.abs, "erf": _erf}
+_UNARY = {"exp": np.exp, "fast_exp": np.exp, "log": np.log, "fast_log": np.log, "sqrt": np.sqrt, "abs": np.abs,
+          "erf": _erf, "fast_erf": _erf}
 
 
 def _leaves(ranges: dict[str, Interval]):

@@ -180,7 +180,8 @@ def _abs(a: Interval) -> Interval:
 
 _BINARY = {"+": _add, "-": _sub, "*": _times, "/": _div, "**": _pow}
 _CALLS = {
-    "exp": _exp, "fast_exp": _exp, "log": _log, "sqrt": _sqrt, "abs": _abs, "erf": lambda a: Interval(-1.0, 1.0),
+    "exp": _exp, "fast_exp": _exp, "log": _log, "fast_log": _log, "sqrt": _sqrt, "abs": _abs,
+    "erf": lambda a: Interval(-1.0, 1.0), "fast_erf": lambda a: Interval(-1.0, 1.0),
     "max": lambda a, b: Interval(max(a.lo, b.lo), max(a.hi, b.hi)),
     "min": lambda a, b: Interval(min(a.lo, b.lo), min(a.hi, b.hi)),
 }

@@ -19,7 +19,8 @@ from leir.ast import Access, And, BinOp, Call, Compare, Neg, Nest, Num, Or, Prog
 from leir.dtypes import torch_name
 from leir.signature import Signature
 
-_FNS = {"exp": torch.exp, "fast_exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt, "abs": torch.abs, "erf": torch.erf}
+_FNS = {"exp": torch.exp, "fast_exp": torch.exp, "log": torch.log, "fast_log": torch.log, "sqrt": torch.sqrt,
+        "abs": torch.abs, "erf": torch.erf, "fast_erf": torch.erf}
 _RELS = {"<": torch.lt, "<=": torch.le, ">": torch.gt, ">=": torch.ge, "==": torch.eq, "!=": torch.ne}
 
 

@@ -1,4 +1,4 @@
-"""Golden tests: the parser and printer on every example of LEIR.md and programs.jsonl."""
+"""Golden tests: the parser and printer on every example of docs/leir.md and programs.jsonl."""
 from __future__ import annotations
 
 import math
@@ -28,13 +28,13 @@ from leir import (
 )
 from leir.parse import parse_with_spec
 
-# The two programs of LEIR.md §1, verbatim.
+# The two programs of docs/leir.md §1, verbatim.
 MATMUL_DOC = ("B^{16}_{tx=0}L^{32}_{a=0}L^{64}_{c=0}[D^{f32,g}_{tx,a}=D^{f32,g}_{tx,a}+A^{f32,g}_{tx,c}"
               "*C^{f32,g}_{c,a};];")
 SOFTMAX_DOC = ("B^{4}_{tx=0}L^{8}_{a=0}[D^{f64,g}_{tx}=max(D^{f64,g}_{tx},A^{f64,g}_{tx,a});];B^{4}_{tx=0}"
                "L^{8}_{a=0}[E^{f64,g}_{tx}=E^{f64,g}_{tx}+exp(A^{f64,g}_{tx,a}-D^{f64,g}_{tx});];B^{4}_{tx=0}"
                "L^{8}_{a=0}[C^{f64,g}_{tx,a}=exp(A^{f64,g}_{tx,a}-D^{f64,g}_{tx})/E^{f64,g}_{tx};];")
-# Forms of LEIR.md §3/§6 beyond the translator's: other loop kinds, scopes, nested nests, index
+# Forms of docs/leir.md §3/§6 beyond the translator's: other loop kinds, scopes, nested nests, index
 # arrays, scans, bool conditions, two-letter names.
 MORE = [
     "P^{4}_{a=0}V^{8}_{c=0}[C^{f32,g}_{a,c}=A^{f32,g}_{a,c}*2;];",
@@ -168,3 +168,13 @@ def test_fast_exp_extension_parses_with_both_parsers_and_prints_back():
     assert parse_expr("fast_exp(a)") == Call("fast_exp", (Var("a"),))
     with pytest.raises(LeirSyntaxError):
         parse_program("B^{2}_{tx=0}[C^{f32,g}_{tx}=fast_exp;];")
+
+
+@pytest.mark.parametrize("fn", ["fast_log", "fast_erf"])
+def test_fast_log_and_fast_erf_parse_with_both_parsers_and_print_back(fn):
+    text = f"B^{{2}}_{{tx=0}}V^{{8}}_{{a=0}}[C^{{f32,g}}_{{tx,a}}={fn}(A^{{f32,g}}_{{tx,a}}+1)*2;];"
+    tree = parse_program(text)
+    assert parse_with_spec(text) == tree and format_program(tree) == text
+    assert parse_expr(f"{fn}(a)") == Call(fn, (Var("a"),))
+    with pytest.raises(LeirSyntaxError):
+        parse_program(f"B^{{2}}_{{tx=0}}[C^{{f32,g}}_{{tx}}={fn};];")

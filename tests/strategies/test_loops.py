@@ -259,6 +259,43 @@ def test_fast_exp_verifies_close_never_exact():
     assert verify_pair(f64, fast64, s64).status == "mismatch"
 
 
+GELU_F32 = "B^{4}_{tx=0}L^{64}_{a=0}[C^{f32,g}_{tx,a}=A^{f32,g}_{tx,a}*0.5*(1+erf(A^{f32,g}_{tx,a}*0.7071067811865476));];"
+SOFTPLUS_F32 = "B^{4}_{tx=0}L^{64}_{a=0}[C^{f32,g}_{tx,a}=log(1+exp(A^{f32,g}_{tx,a}));];"
+EW_SIG = sig(("A", [4, 64], "float32", "input"), ("C", [4, 64], "float32", "output"))
+
+
+def test_loop_vectorization_math_fast_golden_for_erf_and_log():
+    """With log or erf below the loop the fast variant is `math: fast`: exp, log and erf all become
+    their vectorisable forms; the facts name the functions the nest calls."""
+    st = get("loop_vectorization")
+    gelu = [t for t in st.transformations(ctx(GELU_F32, EW_SIG)) if t.params.get("math")]
+    assert [t.params for t in gelu][:2] == [{"math": "fast"}, {"width": 16, "math": "fast"}]
+    assert gelu[0].after_text == ("B^{4}_{tx=0}V^{64}_{a=0}[C^{f32,g}_{tx,a}=A^{f32,g}_{tx,a}*0.5*(1+fast_erf("
+                                  "A^{f32,g}_{tx,a}*0.7071067811865476));];")
+    assert gelu[0].exactness == "reassociating" and "every erf below the vector loop" in gelu[0].facts[-2]
+    softplus = [t for t in st.transformations(ctx(SOFTPLUS_F32, EW_SIG)) if t.params.get("math")]
+    assert softplus[0].after_text == ("B^{4}_{tx=0}V^{64}_{a=0}[C^{f32,g}_{tx,a}=fast_log(1+fast_exp("
+                                      "A^{f32,g}_{tx,a}));];")
+    assert not [t for t in st.transformations(ctx(SOFTPLUS_F32, EW_SIG)) if t.params.get("exp")]
+    # the exp-only variant of a nest with exp alone keeps its spelling and its wording
+    assert all("math" not in t.params for t in st.transformations(ctx(SOFT_F32, S2_F32)))
+
+
+def test_math_fast_verifies_close_and_is_refused_in_float64():
+    pytest.importorskip("tvm")
+    from gpu_tasks.verify import verify_pair
+
+    st = get("loop_vectorization")
+    for program in (GELU_F32, SOFTPLUS_F32):
+        fast = [t for t in st.transformations(ctx(program, EW_SIG)) if t.params.get("math")]
+        assert fast and verify_pair(fast[0].before, fast[0].after, EW_SIG).status == "close", fast[0].after_text
+    s64 = sig(("A", [4, 64], "float64", "input"), ("C", [4, 64], "float64", "output"))
+    c64 = ctx(in_dtype(GELU_F32, "f64"), s64)
+    assert not [t for t in st.transformations(c64) if t.params.get("math")]
+    with pytest.raises(Illegal, match="fast_erf carries float32's error"):
+        st.rewrite(c64, list(st.sites(c64))[0], {"math": "fast"})
+
+
 SUM_EXP = "B^{4}_{tx=0}L^{64}_{a=0}[C^{f32,g}_{tx}=C^{f32,g}_{tx}+exp(A^{f32,g}_{tx,a});];"
 SUM_SIG = sig(("A", [4, 64], "float32", "input"), ("C", [4], "float32", "output"))
 

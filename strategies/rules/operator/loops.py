@@ -14,7 +14,7 @@ from __future__ import annotations
 from itertools import product
 
 from leir.analysis import lhs_vars, reduction_op
-from leir.ast import Call, Loop, Nest, Select, Stmt, Var, map_stmt, walk_expr
+from leir.ast import FAST_OF, Call, Loop, Nest, Select, Stmt, Var, map_stmt, walk_expr
 from leir.names import BIND_PREFIXES, bind_name
 from strategies.analysis.legality import (
     body_statements,
@@ -254,7 +254,7 @@ class LoopTiling(LoopRule):
 
 def _tile_reuse(nest: Nest, a: Loop, b: Loop) -> str:
     """What the tiles do for reuse: the tensors read again across a or b stay in cache within a tile;
-    with none, the tiles bring no reuse by themselves (issue 25: no benefit the step does not bring)."""
+    with none, the tiles bring no reuse by themselves (no benefit the step does not bring)."""
     reused = []
     for stmt, _ in body_statements(nest):
         for acc in reads_without_self(stmt):
@@ -355,30 +355,56 @@ FAST_EXP_EFFECT = (" Each exp becomes fast_exp (range reduction and a polynomial
                    "compute it as vector code instead of one scalar expf call per element.")
 
 
-def fast_exp_below(nest: Nest, stmts) -> Nest:
-    """Every `exp` of the nest's statements as `fast_exp`; Illegal where a close result is not enough."""
+def fast_exp_below(nest: Nest, stmts, fns: tuple[str, ...] = ("exp",)) -> Nest:
+    """Every call of `fns` (exp; with `math: fast` also log and erf) in the nest's statements as its
+    fast form (`leir.ast.FAST_OF`); Illegal where a close result is not enough."""
+    def converted(n) -> bool:
+        return isinstance(n, Call) and n.fn in fns
+
     for stmt, _ in stmts:
-        calls = [n for n in walk_expr(stmt.rhs) if isinstance(n, Call) and n.fn == "exp"]
+        calls = [n for n in walk_expr(stmt.rhs) if converted(n)]
         if not calls:
             continue
         if stmt.lhs.dtype not in FAST_EXP_DTYPES:
-            raise Illegal(f"{stmt.lhs.tensor} is {stmt.lhs.dtype}: fast_exp carries float32's error (about 2e-7 "
-                          "relative), beyond what this result is held to (an exact or float64 result)")
+            raise Illegal(f"{stmt.lhs.tensor} is {stmt.lhs.dtype}: {FAST_OF[calls[0].fn]} carries float32's error "
+                          "(a few ulp), beyond what this result is held to (an exact or float64 result)")
         conditions = [n.cond for n in walk_expr(stmt.rhs) if isinstance(n, Select)]
-        if any(isinstance(c, Call) and c.fn == "exp" for cond in conditions for c in walk_expr(cond)):
-            raise Illegal("an exp decides a condition: a close value could flip the branch")
-    if not any(isinstance(n, Call) and n.fn == "exp" for stmt, _ in stmts for n in walk_expr(stmt.rhs)):
-        raise Illegal("no exp below the loop")
-    return map_nest_stmts(nest, lambda s: map_stmt(s, lambda n: Call("fast_exp", n.args)
-                                                   if isinstance(n, Call) and n.fn == "exp" else n))
+        found = [c.fn for cond in conditions for c in walk_expr(cond) if converted(c)]
+        if found:
+            raise Illegal(f"an {found[0]} decides a condition: a close value could flip the branch")
+    if not any(converted(n) for stmt, _ in stmts for n in walk_expr(stmt.rhs)):
+        raise Illegal(f"no {' or '.join(fns)} below the loop")
+    return map_nest_stmts(nest, lambda s: map_stmt(s, lambda n: Call(FAST_OF[n.fn], n.args) if converted(n) else n))
+
+
+def fast_math_variant(params: dict) -> tuple[str, ...]:
+    """The functions a variant computes in their fast forms: `exp: fast` exp only, `math: fast` exp,
+    log and erf (none without either)."""
+    return tuple(FAST_OF) if params.get("math") == "fast" else ("exp",) if params.get("exp") == "fast" else ()
+
+
+def fast_math_text(fns: tuple[str, ...], stmts) -> tuple[tuple[str, ...], str]:
+    """(facts, effect sentence) of a fast-math variant: the exp-only wording where exp is the only
+    function converted, else naming the functions the nest calls."""
+    used = [f for f in fns if any(isinstance(n, Call) and n.fn == f for s, _ in stmts for n in walk_expr(s.rhs))]
+    if used in (["exp"], []):
+        return FAST_EXP_FACTS, FAST_EXP_EFFECT
+    names, fast = ", ".join(used), ", ".join(FAST_OF[f] for f in used)
+    facts = (f"every {names} below the vector loop computes a float32 (or narrower) result, where the error of "
+             f"{fast} (a few float32 ulp) stays inside the dtype's tolerance; none decides a condition",
+             f"{fast} round differently from {names}: the step is reassociating (verified close, not exact)")
+    effect = (f" Each {names} call becomes {fast} (polynomials in plain arithmetic), so the lanes compute it as "
+              "vector code instead of one scalar library call per element.")
+    return facts, effect
 
 
 @register
 class LoopVectorization(LoopRule):
     name = "loop_vectorization"
     description = ("Vectorize the innermost spatial loop of a nest on the CPU (V); a long loop is split first "
-                   "(`width`), and `exp` below it may become the vectorisable `fast_exp` (`exp: fast`, "
-                   "a reassociating variant: close, never bitwise equal).")
+                   "(`width`), and `exp` below it may become the vectorisable `fast_exp` (`exp: fast`; with "
+                   "`math: fast` also log and erf as `fast_log`, `fast_erf`: reassociating variants, close, "
+                   "never bitwise equal).")
     targets = ("llvm",)  # SIMD lanes of the CPU; on CUDA the parallel axis is the thread binding
 
     def takes(self, ctx, nest, k):
@@ -390,8 +416,9 @@ class LoopVectorization(LoopRule):
     def parameters(self, ctx, site):
         nest = get_item(ctx.program, site.nest, site.path)
         lp = nest.loops[site.match.loop_index]
-        has_exp = any(isinstance(n, Call) and n.fn == "exp" for s in body_statements(nest)
-                      for n in walk_expr(s[0].rhs))
+        called = {n.fn for s in body_statements(nest) for n in walk_expr(s[0].rhs) if isinstance(n, Call)}
+        # exp alone: `exp: fast`; log or erf too: `math: fast` (exp, log and erf in their fast forms)
+        fast = {"math": "fast"} if called & {"log", "erf"} else {"exp": "fast"} if "exp" in called else None
         widths = [{}] if lp.extent <= MAX_VECTOR else []
         widths += [{"width": w} for w in VECTOR_WIDTHS if lp.extent % w == 0 and w < lp.extent]
         if not site.path and len(nest.body) == 1 and isinstance(nest.body[0], Stmt) \
@@ -400,8 +427,8 @@ class LoopVectorization(LoopRule):
             widths = [{"width": w["width"], "partials": True} for w in widths if "width" in w]
         for w in widths:
             yield w
-            if has_exp:
-                yield {**w, "exp": "fast"}
+            if fast:
+                yield {**w, **fast}
 
     def rewrite_loop(self, ctx, site, nest, k, params):
         if params.get("partials"):
@@ -423,8 +450,10 @@ class LoopVectorization(LoopRule):
             raise Illegal("an enclosing loop is already vectorized")
         new = with_loop(nest, k, Loop("V", lp.extent, lp.var, lp.start))
         facts, effect = self._facts(nest, k, width, stmts), self._effect(lp, stmts)
-        if params.get("exp") == "fast":  # fast_exp is close to exp, never bitwise equal
-            return in_band(ctx, site, fast_exp_below(new, stmts), facts + FAST_EXP_FACTS, effect + FAST_EXP_EFFECT,
+        fns = fast_math_variant(params)
+        if fns:  # fast_exp is close to exp, never bitwise equal (the same for log and erf)
+            more_facts, more_effect = fast_math_text(fns, stmts)
+            return in_band(ctx, site, fast_exp_below(new, stmts, fns), facts + more_facts, effect + more_effect,
                            "reassociating")
         return in_band(ctx, site, new, facts, effect)
 
@@ -459,8 +488,10 @@ class LoopVectorization(LoopRule):
                                       "partial nest's innermost loop carries no dependence",)
         effect = (f"The reduction over {lane.var} keeps {lane.extent} partial results, one per SIMD lane, "
                   f"updated as vector code, then combined in a short nest of {lane.extent} terms per element.")
-        if params.get("exp") == "fast":
-            new, facts, effect = fast_exp_below(new, stmts), facts + FAST_EXP_FACTS, effect + FAST_EXP_EFFECT
+        fns = fast_math_variant(params)
+        if fns:
+            more_facts, more_effect = fast_math_text(fns, stmts)
+            new, facts, effect = fast_exp_below(new, stmts, fns), facts + more_facts, effect + more_effect
         # partial sums reassociate the reduction
         return Rewrite(replace_nests(rf.program, site.nest, 1, (new,)), facts, effect, "reassociating")
 

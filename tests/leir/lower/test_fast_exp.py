@@ -1,6 +1,8 @@
-"""The lowering of `fast_exp` (our extension): close to exp over float32's whole range, and vector
-code where exp is one scalar call per element."""
+"""The lowering of `fast_exp`, `fast_log` and `fast_erf` (our extensions): close to exp, log and erf
+over float32's whole range, and vector code where each is one scalar library call per element."""
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
@@ -53,3 +55,45 @@ def test_nested_fast_exp_lowers_each_operand_once():
     x = np.linspace(-3, 0.5, 64, dtype=np.float32)
     got = run_numpy(three, sig, {"A": x})["C"]
     np.testing.assert_allclose(got, np.exp(np.exp(np.exp(x.astype(np.float64)))), rtol=2e-6)
+
+
+def _ulps(got, want):
+    return np.abs(got.astype(np.float64) - want) / np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
+
+
+def test_fast_log_is_within_one_ulp_of_log_and_keeps_its_special_values():
+    from leir.lower.api import run_numpy
+
+    rng = np.random.default_rng(0)
+    x = np.concatenate([np.exp(rng.uniform(-87, 88, N - 8)),          # normal numbers over the whole range
+                        [1e-40, 1e-45, 1.0, 0.5, 0.0, -1.0, np.inf, np.nan]]).astype(np.float32)
+    got = run_numpy(*_program("fast_log"), {"A": x})["C"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        want = np.log(x.astype(np.float64))
+    finite = np.isfinite(want)
+    assert _ulps(got[finite], want[finite]).max() < 1.0      # subnormal inputs included
+    assert got[x == 1.0][0] == 0.0 and got[x == 0.0][0] == -np.inf and got[x == np.inf][0] == np.inf
+    assert np.isnan(got[x == -1.0][0]) and np.isnan(got[-1])
+
+
+def test_fast_erf_is_within_a_few_ulp_of_erf():
+    import math
+
+    from leir.lower.api import run_numpy
+
+    x = np.concatenate([np.linspace(-6, 6, N - 4), [0.0, 1e-30, 40.0, np.nan]]).astype(np.float32)
+    got = run_numpy(*_program("fast_erf"), {"A": x})["C"]
+    want = np.array([math.erf(v) if not math.isnan(v) else math.nan for v in x.astype(np.float64)])
+    finite = ~np.isnan(want) & (want != 0)
+    assert _ulps(got[finite], want[finite]).max() < 8 and np.abs(got[finite] - want[finite]).max() < 5e-7
+    assert got[x == 0.0][0] == 0.0 and got[x == 40.0][0] == 1.0 and np.isnan(got[-1])
+
+
+@pytest.mark.parametrize("fn,call", [("fast_log", "log"), ("fast_erf", "erf")])
+def test_fast_log_and_fast_erf_vector_loops_call_no_library(fn, call):
+    from leir.lower.api import build
+
+    sources = {f: build(*_program(f, 64)).mod.inspect_source("ll") for f in (fn, call)}
+    assert f"{call}f" in sources[call] or f"llvm.{call}" in sources[call]
+    assert f"{call}f" not in sources[fn] and f"llvm.{call}" not in sources[fn]
+    assert re.search(r"<(4|8|16) x float>", sources[fn])   # the lanes stay vector code
