@@ -1,6 +1,6 @@
 """The filter stage: verified, de-duplicated, balanced steps, then samples split by family.
 
-Every rule logs how many rows it kept (`Counter` rows become `reports/filter.json`). Choices are
+Every rule logs how many rows it kept (`RuleCount` rows become `reports/filter.json`). Choices are
 deterministic: rows are ranked by sha256(seed, step_id) (`flows.keys.rank`), never by DuckDB's
 `hash()` or `random()`, so a rebuild gives the same samples on any machine.
 """
@@ -27,7 +27,7 @@ from flows.tasks import group, write_table  # noqa: E402
 
 
 @dataclass(frozen=True)
-class Counter:
+class RuleCount:
     """One rule's rows before and after it; a rule of `select_steps` also has a `key`, the rows it kept
     per strategy (what the card attributes a strategy's losses with) and, for a cap, a `note` saying
     whether it bound."""
@@ -224,7 +224,7 @@ def overlapping_states(train_states: set[str], test_states: set[str]) -> dict[st
 
 
 def select_steps(programs: pa.Table, steps: pa.Table, verifications: pa.Table,
-                 params) -> tuple[pa.Table, list[Counter]]:
+                 params) -> tuple[pa.Table, list[RuleCount]]:
     """Steps that are verified, unique per (program state, result) and within the balance caps."""
     f, seed = params.filter, params.seed
     target = params.verify["target"]
@@ -235,7 +235,7 @@ def select_steps(programs: pa.Table, steps: pa.Table, verifications: pa.Table,
     con.register("steps", steps)
     con.register("verifications", verifications)
     con.register("ranks", ranks)
-    counters = [Counter("steps generated", steps.num_rows, steps.num_rows, "generated", _per_strategy(steps))]
+    counters = [RuleCount("steps generated", steps.num_rows, steps.num_rows, "generated", _per_strategy(steps))]
 
     def run(sql: str, args=None):
         return con.execute(sql, args or []).fetchall()  # DuckDB 2: consume every result
@@ -246,24 +246,25 @@ def select_steps(programs: pa.Table, steps: pa.Table, verifications: pa.Table,
     def per_strategy(rel: str) -> dict[str, int]:
         return dict(run(f"SELECT strategy, count(*) FROM {rel} GROUP BY 1 ORDER BY 1"))
 
-    run(f"""CREATE TEMP TABLE v AS
+    run("""CREATE TEMP TABLE v AS
         SELECT s.*, p.family, r.rnk, v.status FROM steps s
         JOIN programs p USING (program_id) JOIN ranks r USING (step_id)
-        JOIN verifications v ON v.step_id = s.step_id AND v.target = '{target}'""")
-    counters.append(Counter("has a verification", steps.num_rows, count("v"), "has_verification", per_strategy("v")))
+        JOIN verifications v ON v.step_id = s.step_id AND v.target = $target""", {"target": target})
+    counters.append(RuleCount("has a verification", steps.num_rows, count("v"), "has_verification", per_strategy("v")))
     # A step of a GPU program verified on CUDA too (a GPU was present) must pass there as well.
-    run(f"""CREATE TEMP TABLE ok AS SELECT * FROM v
+    run("""CREATE TEMP TABLE ok AS SELECT * FROM v
         WHERE (status = 'exact' OR (status = 'close' AND exactness = 'reassociating'))
-        AND NOT EXISTS (SELECT 1 FROM verifications c WHERE c.step_id = v.step_id AND c.target <> '{target}'
-                        AND NOT (c.status = 'exact' OR (c.status = 'close' AND v.exactness = 'reassociating')))""")
-    counters.append(Counter("verified (exact; close only for reassociating strategies)", count("v"), count("ok"),
+        AND NOT EXISTS (SELECT 1 FROM verifications c WHERE c.step_id = v.step_id AND c.target <> $target
+                        AND NOT (c.status = 'exact' OR (c.status = 'close' AND v.exactness = 'reassociating')))""",
+        {"target": target})
+    counters.append(RuleCount("verified (exact; close only for reassociating strategies)", count("v"), count("ok"),
                             "verified", per_strategy("ok")))
     # Where several steps give the same result, keep the one of the rarest strategy (then the seeded
     # rank): an identity two strategies share stays labelled, and rare strategies are not lost.
     run("""CREATE TEMP TABLE uniq AS SELECT * EXCLUDE (n_strategy) FROM (
             SELECT *, count(*) OVER (PARTITION BY strategy) AS n_strategy FROM ok)
         QUALIFY row_number() OVER (PARTITION BY before_leir, after_program_id ORDER BY n_strategy, rnk) = 1""")
-    counters.append(Counter("unique result per program state (alpha-equivalence)", count("ok"), count("uniq"),
+    counters.append(RuleCount("unique result per program state (alpha-equivalence)", count("ok"), count("uniq"),
                             "unique", per_strategy("uniq")))
     caps = _caps(f)
     con.register("caps", pa.table({"strategy": list(caps), "cap": list(caps.values())}))
@@ -271,7 +272,7 @@ def select_steps(programs: pa.Table, steps: pa.Table, verifications: pa.Table,
         QUALIFY row_number() OVER (PARTITION BY strategy ORDER BY rnk) <= coalesce(c.cap, $cap)""",
                 {"cap": int(f["cap_per_strategy"])})
     before = per_strategy("uniq")
-    counters.append(Counter("cap per strategy (easy strategies down-weighted)", count("uniq"), count("capped"),
+    counters.append(RuleCount("cap per strategy (easy strategies down-weighted)", count("uniq"), count("capped"),
                             "cap_per_strategy", per_strategy("capped"),
                             _cap_note(before, lambda k: caps.get(k, int(f["cap_per_strategy"])), "strategy")))
     level_caps = pa.table({"level": list(f["cap_per_level"]), "lcap": [int(v) for v in f["cap_per_level"].values()]})
@@ -280,7 +281,7 @@ def select_steps(programs: pa.Table, steps: pa.Table, verifications: pa.Table,
         QUALIFY row_number() OVER (PARTITION BY level ORDER BY rnk) <= coalesce(l.lcap, 1000000000)""")
     per_level = dict(run("SELECT level, count(*) FROM capped GROUP BY 1 ORDER BY 1"))
     level_cap = {k: int(v) for k, v in f["cap_per_level"].items()}
-    counters.append(Counter("cap per level", count("capped"), count("kept"), "cap_per_level", per_strategy("kept"),
+    counters.append(RuleCount("cap per level", count("capped"), count("kept"), "cap_per_level", per_strategy("kept"),
                             _cap_note(per_level, lambda k: level_cap.get(k, 1_000_000_000), "level")))
     kept = con.sql("SELECT * EXCLUDE (rnk) FROM kept ORDER BY step_id").to_arrow_table()
     con.close()
@@ -312,7 +313,7 @@ def _caps(f: dict) -> dict[str, int]:
 
 
 def assemble_samples(kept: pa.Table, programs: pa.Table, params, count_tokens=None,
-                     split_of: dict[str, str] | None = None) -> tuple[list[dict], list[Counter]]:
+                     split_of: dict[str, str] | None = None) -> tuple[list[dict], list[RuleCount]]:
     """Single-answer samples (one per kept step) and multi-answer samples (k steps of one program
     state with distinct strategies, for a seeded fraction of states), split by family (`split_of`, by
     default `split_families` of the kept steps); test samples carry their structural overlap."""
@@ -372,8 +373,8 @@ def assemble_samples(kept: pa.Table, programs: pa.Table, params, count_tokens=No
     before_of = {r["step_id"]: r["before_leir"] for r in rows}
     for sample in samples:
         sample["structural_overlap"] = overlap[sample["split"]][before_of[json.loads(sample["step_ids"])[0]]]
-    counters = [Counter("single-answer samples", len(rows), len(rows)),
-                Counter("multi-answer samples (program states with k distinct strategies)", len(by_state), multi)]
+    counters = [RuleCount("single-answer samples", len(rows), len(rows)),
+                RuleCount("multi-answer samples (program states with k distinct strategies)", len(by_state), multi)]
     return sorted(samples, key=lambda s: s["sample_id"]), counters
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections import Counter as Tally
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -209,7 +209,7 @@ def measure_groups(groups: list[StateGroup], existing: dict[tuple[str, str], dic
             todo.append(g)
         else:
             rows_by_family[g.family].extend(kept)
-    left = Tally(g.family for g in todo)
+    left = Counter(g.family for g in todo)
     for f in families:  # families with nothing to time keep (or get) their shard as it is
         if left[f] == 0:
             write_shard(lake, "timings", f"{fingerprint['id']}-{f}", _one_per_key(rows_by_family[f]))
@@ -312,7 +312,7 @@ def measure_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
 
 def measuring_machine(timings: list[dict], wanted: set[str], target: str) -> str | None:
     """The machine id with the most timed states among the `wanted` states (ties: the smaller id)."""
-    counts = Tally(m for m, _ in {(r["machine_id"], r["state_id"]) for r in timings
+    counts = Counter(m for m, _ in {(r["machine_id"], r["state_id"]) for r in timings
                                   if r["status"] == "ok" and r["target"] == target and r["state_id"] in wanted})
     if not counts:
         return None

@@ -8,13 +8,13 @@
 - cot_templates.json: per strategy, the released CoTs and their distinct templates once numbers and
   names are abstracted (`template`), and the median over strategies.
 - prompt_lines.json: per prompt line kind, how far one line lifts a strategy above its base rate
-  (`line_leakage`, issue 25).
+  (`line_leakage`).
 """
 from __future__ import annotations
 
 import json
 import re
-from collections import Counter as Tally
+from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
@@ -38,23 +38,23 @@ def build_reports(programs: pa.Table, steps: pa.Table, verifications: pa.Table, 
     status_of = {r["step_id"]: r["status"] for r in verifications.select(["step_id", "target", "status"]).to_pylist()
                  if r["target"] == target}
     step_rows = steps.select(["step_id", "strategy"]).to_pylist()
-    released = Tally(s for row in samples.column("strategies").to_pylist() for s in json.loads(row))
-    generated = Tally(r["strategy"] for r in step_rows)
-    outcomes: dict[str, Tally] = {}
+    released = Counter(s for row in samples.column("strategies").to_pylist() for s in json.loads(row))
+    generated = Counter(r["strategy"] for r in step_rows)
+    outcomes: dict[str, Counter] = {}
     for r in step_rows:
-        outcomes.setdefault(r["strategy"], Tally())[status_of.get(r["step_id"], "unverified")] += 1
+        outcomes.setdefault(r["strategy"], Counter())[status_of.get(r["step_id"], "unverified")] += 1
     strategies = {name: {"generated": generated.get(name, 0),
-                         "verified": outcomes.get(name, Tally())["exact"] + outcomes.get(name, Tally())["close"],
+                         "verified": outcomes.get(name, Counter())["exact"] + outcomes.get(name, Counter())["close"],
                          "in_samples": released.get(name, 0)} for name in ALL_NAMES}
     verification = {name: dict(sorted(outcomes[name].items())) for name in ALL_NAMES if name in outcomes}
     passed = sum(v["verified"] for v in strategies.values())
-    errors = Tally()
+    errors = Counter()
     for row in verifications.select(["status", "error_message"]).to_pylist():
         if row["status"] not in ("exact", "close"):
             words = " ".join((row["error_message"] or "").split()[:6])
             errors[f"{row['status']}: {words}".strip()] += 1
     family_split = splits or {}
-    splits = Tally(samples.column("split").to_pylist())
+    splits = Counter(samples.column("split").to_pylist())
     program_status = programs.column("verification_status").to_pylist()
     summary = {
         "programs": programs.num_rows,
@@ -159,7 +159,7 @@ def _without_scripts(text: str) -> str:
 def template_counts(rows: list[tuple[str, str]]) -> dict[str, dict[str, int]]:
     """{strategy: {"cots", "templates"}} over (strategy, think text) pairs, strategies sorted."""
     seen: dict[str, set[str]] = {}
-    cots: Tally = Tally()
+    cots: Counter = Counter()
     for strategy, text in rows:
         seen.setdefault(strategy, set()).add(template(text))
         cots[strategy] += 1
@@ -192,14 +192,14 @@ def split_figures(samples: pa.Table, splits: dict[str, str], steps: pa.Table | N
     nests all have a twin in the train split (names and sizes abstracted), and the clean rest; with the
     released `steps` (family, before_leir, after_leir), the overlap nest by nest (`nest_overlap`)."""
     rows = samples.select(["split", "strategies", "structural_overlap"]).to_pylist()
-    per: dict[str, Tally] = {"train": Tally(), "test": Tally()}
+    per: dict[str, Counter] = {"train": Counter(), "test": Counter()}
     for r in rows:
-        per.setdefault(r["split"], Tally()).update(json.loads(r["strategies"]))
+        per.setdefault(r["split"], Counter()).update(json.loads(r["strategies"]))
     test = [r for r in rows if r["split"] == "test"]
     overlapping = sum(1 for r in test if r["structural_overlap"])
     train_overlapping = sum(1 for r in rows if r["split"] == "train" and r["structural_overlap"])
     released = sorted(set(per["train"]) | set(per["test"]))
-    counts = Tally(r["split"] for r in rows)
+    counts = Counter(r["split"] for r in rows)
     return {
         "train": counts.get("train", 0), "test": counts.get("test", 0),
         "families": {s: sorted(f for f, v in splits.items() if v == s) for s in ("train", "test")},
@@ -239,8 +239,8 @@ def shape_figures(rows: list[dict]) -> dict:
     return {
         "median_largest_dim": largest[(len(largest) - 1) // 2] if largest else 0,
         "prime_dim_share": round(sum(1 for r in rows if r["prime_dims"]) / len(rows), 4) if rows else 0.0,
-        "programs_by_shape_source": dict(sorted(Tally(r["shape_source"] for r in rows).items())),
-        "programs_by_dtype": dict(sorted(Tally(r["dtype"] for r in rows).items())),
+        "programs_by_shape_source": dict(sorted(Counter(r["shape_source"] for r in rows).items())),
+        "programs_by_dtype": dict(sorted(Counter(r["dtype"] for r in rows).items())),
     }
 
 
@@ -342,18 +342,18 @@ def line_leakage(samples: list[dict], min_share: float = 0.05) -> dict[str, dict
     names one program, as the program line does, and its shares are noise), and every strategy: its
     share among the prompts with that line minus its share among all prompts. The kind's figure is the
     largest such excess, with the line, the strategy and both shares; `top` is, for the line where
-    one strategy has the largest share, that strategy and its excess. The done-when of issue 25:
+    one strategy has the largest share, that strategy and its excess. The goal:
     every kind's `excess` is at most 0.10."""
-    overall: Tally = Tally()
+    overall: Counter = Counter()
     by_line: dict[str, dict[str, list]] = {k: {} for k in PROMPT_LINE_KINDS}
     for s in samples:
         names = json.loads(s["strategies"]) if isinstance(s["strategies"], str) else list(s["strategies"])
-        label: Tally = Tally()
+        label: Counter = Counter()
         for name in names:
             label[name] += 1 / len(names)
         overall.update(label)
         for kind, line in prompt_lines(s["prompt"]).items():
-            group = by_line[kind].setdefault(line, [0, Tally()])
+            group = by_line[kind].setdefault(line, [0, Counter()])
             group[0] += 1
             group[1].update(label)
     n = len(samples)

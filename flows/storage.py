@@ -150,17 +150,14 @@ def to_arrow(table: str, rows: list[dict]) -> pa.Table:
     return pa.table(columns, schema=spec.schema)
 
 
-def write_shard(lake: Path, table: str, shard: str, rows: list[dict]) -> Path:
-    """Write one shard atomically; the same rows always produce the same file bytes."""
-    folder = table_dir(lake, table)
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f"{shard}.parquet"
-    data = to_arrow(table, rows)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{shard}.", suffix=".tmp")
+def write_atomically(target: Path, write) -> Path:
+    """`write(f)` into a temporary file beside `target` (binary), synced, then renamed over it: a
+    reader sees the old file or the whole new one, and a failure leaves no partial file."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.stem}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            pq.write_table(data, f, compression="zstd", use_dictionary=True, write_statistics=True,
-                           row_group_size=50_000)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
@@ -168,6 +165,13 @@ def write_shard(lake: Path, table: str, shard: str, rows: list[dict]) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+def write_shard(lake: Path, table: str, shard: str, rows: list[dict]) -> Path:
+    """Write one shard atomically; the same rows always produce the same file bytes."""
+    data = to_arrow(table, rows)
+    return write_atomically(table_dir(lake, table) / f"{shard}.parquet", lambda f: pq.write_table(
+        data, f, compression="zstd", use_dictionary=True, write_statistics=True, row_group_size=50_000))
 
 
 def shards(lake: Path, table: str) -> list[Path]:
@@ -476,11 +480,4 @@ class RowCache:
         self.folder.mkdir(parents=True, exist_ok=True)
         keys = sorted(entries)
         data = pa.table({"key": keys, "row": [json.dumps(entries[k], sort_keys=True) for k in keys]})
-        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=f".{shard}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                pq.write_table(data, f, compression="zstd")
-            os.replace(tmp, self.folder / f"{shard}.parquet")
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomically(self.folder / f"{shard}.parquet", lambda f: pq.write_table(data, f, compression="zstd"))
