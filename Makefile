@@ -11,11 +11,11 @@ export DVC_NO_ANALYTICS := 1
 export OPENBLAS_NUM_THREADS := 1
 export DVC_SITE_CACHE_DIR := $(CURDIR)/.dvc/tmp/site-cache
 
-.PHONY: setup run test test-all bench lint clean
+.PHONY: setup run test test-all bench lint docs docs-serve clean
 
 setup: $(STAMP)
 
-# Re-installs only when pyproject.toml changed; torch (CPU build) first, see shared/STACK.md.
+# Re-installs only when pyproject.toml changed; torch first (its CPU build: see pyproject.toml).
 # --no-compile: Python writes the bytecode of the modules a run imports when it first imports them;
 # compiling every installed file up front took 90 of the 190 s of setup on 2 cores.
 $(STAMP): pyproject.toml
@@ -30,6 +30,7 @@ run: setup
 
 test: setup
 	$(PY) -m pytest
+	$(VENV)/bin/mkdocs build --strict --quiet --site-dir $(CURDIR)/site
 
 test-all: setup
 	$(PY) -m pytest -m ""
@@ -37,8 +38,15 @@ test-all: setup
 bench: setup
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
+# The documentation site (docs/, mkdocs.yml) under site/; docs-serve serves it at http://127.0.0.1:8000
+docs: setup
+	$(VENV)/bin/mkdocs build --strict --site-dir $(CURDIR)/site
+
+docs-serve: setup
+	$(VENV)/bin/mkdocs serve
+
 lint: setup
 	$(VENV)/bin/ruff check .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache site

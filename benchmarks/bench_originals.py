@@ -1,4 +1,4 @@
-"""How many catalogue originals match PyTorch, per dtype and family (issue 26).
+"""How many catalogue originals match PyTorch, per dtype and family.
 
 Translates every catalogue workload (or the `--families` / `--workload` given) at one shape profile
 (`--shapes release` by default: the release build's instances, `sample_instance(w, seed, 0)`), in

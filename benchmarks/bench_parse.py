@@ -1,4 +1,4 @@
-"""Parse+format and validation throughput of LEIR (issue 2).
+"""Parse+format and validation throughput of LEIR.
 
 Corpus: the golden examples, and programs of about 1,000 characters made by chaining example nests
 (renamed apart is not needed for parsing). Prints programs/s on one core for the median program of

@@ -1,4 +1,4 @@
-"""Where PyTorch's CPU kernels round in float16 and bfloat16 (issue 26; README "Half precision").
+"""Where PyTorch's CPU kernels round in float16 and bfloat16 (docs/cli.md, "Half precision").
 
 For each operator, PyTorch's half-precision result is compared with candidate computations done in
 float64 on the same (half-precision) inputs and rounded where the candidate says; the figure is the

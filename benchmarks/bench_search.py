@@ -1,6 +1,6 @@
-"""Search drivers against TVM's MetaSchedule and PyTorch eager (issues 8, 13, 14, 27).
+"""Search drivers against TVM's MetaSchedule and PyTorch eager.
 
-For each program (a PyTorch module translated to LEIR; issue 14's set by default: matmul 128^3 and
+For each program (a PyTorch module translated to LEIR; the set by default: matmul 128^3 and
 256^3, conv2d 1x64x56x56 -> 64 3x3, layernorm 64x768, softmax 64x512, one attention block) in each
 `--forms` form (`B`: the published form the translator emits, a bound thread loop outermost, serial
 on the CPU; `L`: the same program with every bound loop a serial `L` loop): the library policy ranked
@@ -23,7 +23,7 @@ protocol), then:
 
 Baselines named: MetaSchedule's tuned TensorIR (ratio MS / best > 1: the search beat it), PyTorch
 eager (eager / best) and torch.compile (compile / best, the faster of its modes). The last lines are a
-markdown table (the one in the README). Slow: each MetaSchedule run takes one to a few minutes per
+markdown table (the one in benchmarks/RESULTS.md). Slow: each MetaSchedule run takes one to a few minutes per
 program on 2 cores, each search of 64 states 20-60 s (conv2d several minutes: its naive time is large).
 """
 from __future__ import annotations
@@ -278,7 +278,7 @@ def _cpu_s(resource) -> float:
 
 
 def markdown_table(rows: list[dict], drivers: list[str]) -> str:
-    """The README's table: per driver the best state's time in its own session (speedup), then the
+    """The table of benchmarks/RESULTS.md: per driver the best state's time in its own session (speedup), then the
     same-session times (best state, MetaSchedule), PyTorch eager on one thread and on every core, and
     the ratios (> 1: the search is faster)."""
     head = ("| program | form | naive µs | " + " | ".join(f"{d} µs" for d in drivers)

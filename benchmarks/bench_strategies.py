@@ -1,4 +1,4 @@
-"""Strategy throughput (issue 5): sites enumerated per second and transformations applied per second,
+"""Strategy throughput: sites enumerated per second and transformations applied per second,
 over every registered strategy, on one core.
 
 Corpus: the 12 example programs (tests/data/programs.jsonl) and 20 catalogue originals at default
@@ -9,7 +9,7 @@ transformation is a legal, non-trivial, alpha-checked rewrite with its facts. On
 program is shared by all strategies, as in the transform stage (its analyses are computed once).
 
 Baseline: the pipeline's goal that transforming never be slower than verifying, whose goal is
-25 verified pairs/s on 2 cores (issue 3, benchmarks/bench_verify.py). The ratio printed is
+25 verified pairs/s on 2 cores (benchmarks/bench_verify.py). The ratio printed is
 transformations/s divided by 25. `--strict` exits 1 below ratio 1.
 """
 from __future__ import annotations

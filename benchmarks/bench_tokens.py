@@ -1,4 +1,4 @@
-"""Token efficiency of LEIR against TensorIR, plain TIR and CUDA (issues 7, 13).
+"""Token efficiency of LEIR against TensorIR, plain TIR and CUDA.
 
 Catalogue (default): translates every catalogue original at its default shapes
 (`sample_instance(w, seed, 0)`, float32; workloads that do not translate are skipped and counted).

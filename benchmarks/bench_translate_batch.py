@@ -1,5 +1,5 @@
-"""A `steptp translate` batch of 200 KernelBench-style problem files with four hostile ones among them
-(issue 28): a file that hangs, one that calls `os._exit(3)`, one that segfaults (ctypes) and one that
+"""A `steptp translate` batch of 200 KernelBench-style problem files with four hostile ones among them:
+a file that hangs, one that calls `os._exit(3)`, one that segfaults (ctypes) and one that
 allocates 50 x 1 GiB. The batch must end with 204 records, in order, the four naming their causes
 (timeout, exit, signal, memory), within the files' time limits.
 

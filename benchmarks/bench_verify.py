@@ -6,7 +6,7 @@ starts cold (no build cached anywhere); its start-up (fork server importing TVM)
 The fresh-process way verifies each pair in `python -c` that imports TVM, builds both programs and
 compares them, as the published tool does, on a sample of the same pairs.
 
-Goal (issue 3): at least 25 verified pairs/s on 2 cores, and at least 10x the fresh-process way.
+Goal: at least 25 verified pairs/s on 2 cores, and at least 10x the fresh-process way.
 `--strict` exits with status 1 when a goal is missed.
 """
 from __future__ import annotations

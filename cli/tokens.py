@@ -1,5 +1,5 @@
 """`steptp tokens`: token counts of LEIR programs against their TVMScript (TensorIR and plain) and CUDA
-lowerings (issues 7, 13)."""
+lowerings."""
 from __future__ import annotations
 
 import json

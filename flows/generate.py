@@ -94,7 +94,7 @@ def own_error_factor(params) -> float:
 
 
 def program_target(program_id: str, seed: int, gpu_share: float) -> str:
-    """The target an original program is written for (issue 25: it belongs to the program, never to a
+    """The target an original program is written for (it belongs to the program, never to a
     strategy): `cuda` for a seeded `gpu_share` of the programs, keyed by the program's identity, `llvm`
     for the others. Every state of the program, and every prompt about it, keeps that target."""
     return "cuda" if in_share(gpu_share, seed, "target", program_id) else "llvm"

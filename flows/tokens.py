@@ -1,4 +1,4 @@
-"""The tokens stage (issue 7): the `tokens` table and reports/token_efficiency.{json,png,md}.
+"""The tokens stage: the `tokens` table and reports/token_efficiency.{json,png,md}.
 
 One cached task per workload family lowers and counts that family's program states (programs and the
 distinct after-states of its steps); the key is the states' content, the stage parameters, the code

@@ -42,7 +42,7 @@ class UncomputedVerifications(StorageError):
 def verify_targets(program_target: str | None, params, gpu: bool) -> list[str]:
     """The targets a step is verified on: `verify.target` always (LEIR's semantics do not depend on
     the target, so the step of a GPU program is checked on the CPU too), and CUDA as well for the step
-    of a GPU program when a GPU is present (issue 25)."""
+    of a GPU program when a GPU is present."""
     base = params.verify["target"]
     return [base] + (["cuda"] if gpu and program_target == "cuda" and base != "cuda" else [])
 

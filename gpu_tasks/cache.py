@@ -32,7 +32,7 @@ from leir.signature import Signature
 #   are bitwise identical, float32 and float64).
 VERIFY_PASS_CONFIG = {"tirx.disable_assert": True}
 VERIFY_LLVM_OPT_LEVEL = 0
-# Timing builds leave the argument checks out too (issue 24's measure stage, the search's pairs and
+# Timing builds leave the argument checks out too (measure stage, the search's pairs and
 # MetaSchedule's same-session comparison alike): they run once per call, outside the loops, a constant
 # of well under a microsecond that no state's time depends on, while they add a fifth to a state's
 # build. The states are always called with tensors made from their signature.

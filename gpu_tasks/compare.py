@@ -129,7 +129,7 @@ def _tolerance_violation(e, a, finite, max_abs, max_rel, rel_l2, tol: Tolerance,
 
 # A float output of at least MIN_ELEMENTS_FOR_SHARE elements must change between draws in at least this
 # share of them. A float32 conv2d -> min -> tanh -> tanh saturated in all but one of its 196 elements;
-# an `apart` rewrite then made that one constant too (issue 18's release-shape survey).
+# an `apart` rewrite then made that one constant too (release-shape survey).
 MIN_VARYING_SHARE = 0.01
 MIN_ELEMENTS_FOR_SHARE = 100
 

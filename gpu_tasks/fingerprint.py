@@ -1,4 +1,4 @@
-"""The machine a timing was measured on: recorded with every timing row (shared/DESIGN.md)."""
+"""The machine a timing was measured on: recorded with every timing row."""
 from __future__ import annotations
 
 import hashlib

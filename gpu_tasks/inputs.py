@@ -1,4 +1,4 @@
-"""Seeded input draws from a signature (shared/DESIGN.md, "Verification protocol").
+"""Seeded input draws from a signature (docs/cli.md, `steptp verify`).
 
 Float inputs: draw 0 standard normal, draw 1 uniform in [-1, 1], draw 2 wide-range (random sign,
 magnitude log-uniform in [1e-2, 1e1]); later draws cycle through the kinds with fresh numbers.

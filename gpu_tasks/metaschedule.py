@@ -1,5 +1,5 @@
 """TVM's MetaSchedule on the very function our search times: the tuned reference of the search
-report (issues 8, 13).
+report.
 
 `tensorir_reference` lowers the ORIGINAL LEIR program to its TensorIR form (`leir.lower`, the block
 form `tvm.s_tir.Schedule` works on), tunes it with `tune_tir` (`tune_primfunc`), checks that the

@@ -1,5 +1,5 @@
 """TVM's MetaSchedule-tuned time for a PyTorch module through Relax: the second reference figure of
-the search report (issue 8; the first, `gpu_tasks.metaschedule`, tunes the very function our search
+the search report (the first, `gpu_tasks.metaschedule`, tunes the very function our search
 times).
 
 The path is TVM's own from the module: `torch.export` -> Relax (`from_exported_program`) -> the

@@ -1,5 +1,5 @@
 """A pool of worker processes with a time limit per job: a crash or a hang costs one job, never the
-caller (shared/DESIGN.md, "Verification protocol").
+caller (docs/cli.md, `steptp verify`).
 
 Design:
 - Workers are forked from a *fork server* that imported TVM once (`multiprocessing`'s forkserver

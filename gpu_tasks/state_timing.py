@@ -4,7 +4,7 @@ The data lake times each distinct program state its release refers to (the origi
 before and after state of every released step) once per machine; a step's effect is then the ratio
 of its two states' times. A group is one original program with all its states: they share a
 signature, so one set of argument tensors serves them all, and they are measured in one session,
-interleaved (shared/DESIGN.md, "Timing protocol"): round r times every state once, in program order
+interleaved (docs/pipeline.md, "Measured effects"): round r times every state once, in program order
 on even rounds and in reverse order on odd ones, so that a drift of the machine hits every state
 alike and each step's before and after are compared within the same minutes.
 

@@ -1,4 +1,4 @@
-"""Thread settings of processes that build, run and time kernels (shared/STACK.md).
+"""Thread settings of processes that build, run and time kernels.
 
 On a small machine TVM's thread pool and OpenBLAS fight each other, and several workers that each
 start one thread per core oversubscribe it. The variables must be set before TVM first launches a

@@ -1,4 +1,4 @@
-"""Timing of a transformation (shared/DESIGN.md, "Timing protocol").
+"""Timing of a transformation (docs/pipeline.md, "Measured effects").
 
 Both programs are built as deployed (full LLVM optimisation, TVM's argument checks kept; a cache
 apart from verification's) and first (outside the lock: a build running beside a measurement perturbs it

@@ -1,4 +1,4 @@
-"""Per-dtype tolerances of `close` (shared/DESIGN.md, "Verification protocol"; params.yaml
+"""Per-dtype tolerances of `close` (docs/cli.md, `steptp verify`; params.yaml
 `verify.tolerance`, same keys).
 
 An output is within tolerance when EVERY criterion holds (never one of several): the same non-finite

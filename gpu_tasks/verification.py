@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
-# Statuses of the `verifications` table (shared/DESIGN.md), in no particular order.
+# Statuses of the `verifications` table, in no particular order.
 STATUSES = ("exact", "close", "mismatch", "build_error", "runtime_error", "timeout", "crash", "invalid")
 PASSING = ("exact", "close")
 

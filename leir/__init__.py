@@ -1,6 +1,6 @@
 """LEIR, the Loop-Equation IR: syntax tree, parser, printer, validation, analysis, canonical hash.
 
-This package imports nothing else of the project (shared/DESIGN.md); only `leir.lower*` imports TVM.
+This package imports nothing else of the project; only `leir.lower*` imports TVM.
 """
 from leir.ast import (
     Access,

@@ -1,4 +1,4 @@
-"""Facts about a program that everything downstream needs (LEIR.md §4).
+"""Facts about a program that everything downstream needs (docs/leir.md §4).
 
 - `statement_sites`: every statement with its enclosing loops, in program order;
 - `index_range` / `affine_form`: integer ranges of subscripts over the loop box (exact when affine);
@@ -403,7 +403,7 @@ def _written_box(writes) -> tuple[tuple[int, ...] | None, str]:
 
 # --- statements: updates, implicit initialisation, axes --------------------------------------------
 
-# `x**n` with an integral literal n, |n| <= this, is lowered as repeated multiplication (LEIR.md §5).
+# `x**n` with an integral literal n, |n| <= this, is lowered as repeated multiplication (docs/leir.md §5).
 MAX_POWER_BY_MULTIPLICATION = 8
 
 

@@ -1,4 +1,4 @@
-"""Canonical names and the alpha-equivalence hash (LEIR.md §7).
+"""Canonical names and the alpha-equivalence hash (docs/leir.md §7).
 
 Two programs that differ only in the names of fresh intermediates and loop indices have the same
 canonical form and hash. Known tensors keep their names (the signature fixes them); binding names

@@ -1,6 +1,6 @@
-"""dtype codes of LEIR superscripts and their PyTorch names (LEIR.md §2, §4.2)."""
+"""dtype codes of LEIR superscripts and their PyTorch names (docs/leir.md §2, §4.2)."""
 
-# Codes the project lowers and runs, in the order of LEIR.md §2.
+# Codes the project lowers and runs, in the order of docs/leir.md §2.
 CODE_TO_TORCH = {
     "f64": "float64", "f32": "float32", "f16": "float16", "bf16": "bfloat16",
     "i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8",

@@ -24,7 +24,7 @@ class LeirSyntaxError(LeirError):
 
 
 class SignatureError(LeirError):
-    """A signature that is malformed (JSON form of LEIR.md §4.2)."""
+    """A signature that is malformed (JSON form of docs/leir.md §4.2)."""
 
 
 def _one_of(items: list[str]) -> str:

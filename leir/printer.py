@@ -1,4 +1,4 @@
-"""The canonical printer: no whitespace, minimal parentheses, numbers as Python's repr (LEIR.md §2)."""
+"""The canonical printer: no whitespace, minimal parentheses, numbers as Python's repr (docs/leir.md §2)."""
 from __future__ import annotations
 
 from leir.ast import (

@@ -1,4 +1,4 @@
-"""The signature: ordered known tensors (name, shape, dtype, role), LEIR.md §4.2."""
+"""The signature: ordered known tensors (name, shape, dtype, role), docs/leir.md §4.2."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""Validation with precise messages (LEIR.md §7): every problem names its nest and statement.
+"""Validation with precise messages (docs/leir.md §7): every problem names its nest and statement.
 
 `validate(program, signature)` returns the problems in program order (empty list = valid). Codes:
 `loop-extent`, `bind-name`, `loop-shadow`, `index-out-of-scope`, `type-conflict`, `scope-on-known`,
@@ -209,7 +209,7 @@ def _shape_problems(program: Program, sites: list[StmtSite], signature: Signatur
 # --- initialisation --------------------------------------------------------------------------------
 
 def _init_problems(program: Program, sites: list[StmtSite], signature: Signature) -> list[Problem]:
-    """Reads that certainly see an uninitialised element (LEIR.md §4.4), decided statically:
+    """Reads that certainly see an uninitialised element (docs/leir.md §4.4), decided statically:
     a tensor read before any statement writes it (and not written later inside a loop that also
     encloses the read, which could carry the value round), and an update without implicit
     initialisation that reads its own element unconditionally on its first execution."""

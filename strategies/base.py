@@ -291,7 +291,7 @@ class Strategy:
         if alpha_hash(rw.program, ctx.signature) == ctx.alpha:
             return None
         if dtype_changed(ctx, rw.program):
-            return None  # a bug of the rule, never a step: LEIR.md §4.5 computes in the left-hand dtype
+            return None  # a bug of the rule, never a step: docs/leir.md §4.5 computes in the left-hand dtype
         exactness = "reassociating" if "reassociating" in (self.exactness, rw.exactness) else self.exactness
         if exactness == "reassociating" and ctx.reassociation_problem:
             return None

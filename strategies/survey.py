@@ -1,4 +1,4 @@
-"""The strategy survey (issue 5's report): per strategy, where it applies on a set of programs, how
+"""The strategy survey: per strategy, where it applies on a set of programs, how
 many transformations it makes, and how many of the applied ones verify as the strategy declares.
 
 Program states: every given program (an original); for the mathematical strategies also the results
@@ -9,7 +9,7 @@ counted, and a seeded sample of at most `cap` of them is verified.
 This module only enumerates and counts. Verification is passed in as `verify(items) -> results`
 (items: (transformation, signature) pairs; results: objects with `status` and `error`, such as
 `gpu_tasks.verify.verify_pairs` in a worker pool), so that `strategies` imports neither TVM nor the
-catalogue (shared/DESIGN.md: dependencies point one way); `steptp strategies survey` wires them in.
+catalogue (dependencies point one way: tests/test_architecture.py); `steptp strategies survey` wires them in.
 """
 from __future__ import annotations
 

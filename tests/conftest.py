@@ -1,4 +1,4 @@
-"""Shared fixtures: the golden example programs (a copy of shared/examples/programs.jsonl)."""
+"""Shared fixtures: the golden example programs (tests/data/programs.jsonl)."""
 from __future__ import annotations
 
 import json

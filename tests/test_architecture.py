@@ -1,4 +1,4 @@
-"""The layout rules of shared/DESIGN.md, checked on the source with `ast`.
+"""The layout rules of the project (docs/index.md, Layout), checked on the source with `ast`.
 
 - a folder is one sub-system: no folder holds three or more modules whose names share a prefix word
   (`frontend_`, `lower_`, `cli_`, ...): those want a package;

@@ -254,7 +254,7 @@ def _gated() -> list[Workload]:
                   lambda self, x: _mdn(self, x),
                   lambda p: {"proj": nn.Linear(p["K"], 3 * p["N"])}, description="mixture density network head"),
         # timm's ViT attention: fused qkv unbound into q, k, v; q scaled before the product. Multi-head
-        # self-attention, so of the attention_mha family (issue 25: the family is the split's unit, and
+        # self-attention, so of the attention_mha family (the family is the split's unit, and
         # as gated units the fused-QKV attentions left tensor_split's test share to one family's fate)
         _workload("vit_attention_timm", "attention_mha", (B, L, HD), [Input(lambda p: (p["B"], p["L"], 2 * p["D"]))],
                   lambda self, x: _timm_attention(self, x),

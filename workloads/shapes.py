@@ -46,7 +46,7 @@ SHAPE_SOURCES = ("model-dims", "odd-extents", "tiny-ranges")
 WORK_BUDGET = {"tiny": None, "default": 1 << 21, "release": 1 << 22}
 PROFILES = tuple(WORK_BUDGET)
 SCANS = ("cumsum", "cumprod", "cummax", "cummin", "logcumsumexp")
-# Fused ATen kernels that the translator spells as several passes over their input (LEIR.md §5:
+# Fused ATen kernels that the translator spells as several passes over their input (docs/leir.md §5:
 # normalisations are sum, mean, squared deviations, variance, normalise; softmaxes max, exp-sum, divide).
 PASSES = {"native_layer_norm": 5, "native_group_norm": 5, "native_batch_norm": 5, "_native_batch_norm_legit": 5,
           "_native_batch_norm_legit_functional": 5, "_softmax": 3, "_log_softmax": 3, "var": 3, "std": 3,

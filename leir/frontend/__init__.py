@@ -1,4 +1,4 @@
-"""PyTorch -> LEIR (LEIR.md §5): `translate(module, inputs) -> Translation`.
+"""PyTorch -> LEIR (docs/leir.md §5): `translate(module, inputs) -> Translation`.
 
 `translator` drives the translation (torch.fx trace, operator calls, naming, emission); each module of
 `ops` decomposes one operator family and registers its handlers in `registry` on import, which is

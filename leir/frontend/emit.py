@@ -1,9 +1,9 @@
 """Emission of LEIR nests for the translator: tensor references, loop nests, broadcasting reads.
 
-Every nest follows LEIR.md §5: `B^{n0}_{tx=0}` over the first extent, then `L` loops named from the
+Every nest follows docs/leir.md §5: `B^{n0}_{tx=0}` over the first extent, then `L` loops named from the
 index sequence (`a c d f ...`); a nest without extents is `B^{1}_{tx=0}`.
 
-Mixed precision (LEIR.md §4.5): in a float16 or bfloat16 program, an operator whose PyTorch CPU kernel
+Mixed precision (docs/leir.md §4.5): in a float16 or bfloat16 program, an operator whose PyTorch CPU kernel
 accumulates or computes in float32 (`ops` register it with `float32_kernel=True`) runs while the
 emitter `widens`: its result and every half-precision temporary it makes are float32 intermediates in
 local scope (`E^{f32,l}`), and the translator then rounds the result once into the operator's
@@ -23,7 +23,7 @@ from leir.names import TensorNames, index_names
 @dataclass(frozen=True, slots=True)
 class Ref:
     """A tensor the program reads or writes. `lead` holds literal leading subscripts: the slot of a
-    tuple result stacked on a leading index (LEIR.md §5)."""
+    tuple result stacked on a leading index (docs/leir.md §5)."""
 
     name: str
     code: str

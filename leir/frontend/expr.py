@@ -1,7 +1,7 @@
 """Small expression builder for the translator: Python operators build LEIR trees (never text).
 
 `X(node)` wraps an expression so that `1 / (1 + exp(-x))` builds `BinOp('/', Num(1), ...)`. Python
-numbers become literals (a negative one is `Neg(Num(...))`, LEIR.md §3). `ex(value)` unwraps.
+numbers become literals (a negative one is `Neg(Num(...))`, docs/leir.md §3). `ex(value)` unwraps.
 """
 from __future__ import annotations
 
@@ -153,7 +153,7 @@ def either(*conds):
 
 
 def within(lo: int, x, hi: int):
-    """`lo<=x<hi` as one comparison chain (the padding guard of LEIR.md §5)."""
+    """`lo<=x<hi` as one comparison chain (the padding guard of docs/leir.md §5)."""
     return Compare((ex(lo), ex(x), ex(hi)), ("<=", "<"))
 
 

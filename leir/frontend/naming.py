@@ -1,4 +1,4 @@
-"""Tensor names of a translated program, in the order of LEIR.md §5: inputs, traced intermediates,
+"""Tensor names of a translated program, in the order of docs/leir.md §5: inputs, traced intermediates,
 the output, constants, parameters (fresh temporaries follow, handed out by the emitter).
 
 A node whose value is a tuple of tensors of one shape and dtype (split, chunk, qkv) gets one name,

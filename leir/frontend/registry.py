@@ -16,7 +16,7 @@ from leir.errors import LeirError
 
 OPS: dict[str, Callable] = {}
 # Operators whose PyTorch CPU kernel accumulates or computes in float32 for float16 and bfloat16 inputs
-# and rounds its result once (README, "Mixed precision"): the translator emits them in float32.
+# and rounds its result once (docs/leir.md §4.5): the translator emits them in float32.
 FLOAT32_KERNELS: set[str] = set()
 
 

@@ -1,4 +1,4 @@
-"""The PyTorch -> LEIR translator (LEIR.md §5): `translate(module, inputs) -> Translation`.
+"""The PyTorch -> LEIR translator (docs/leir.md §5): `translate(module, inputs) -> Translation`.
 
 The module is traced with torch.fx (`trace`), every call node becomes a registered operator
 (`graph`), tensors are named in the order of §5 (`naming`) and each operator emits its

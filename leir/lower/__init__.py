@@ -1,4 +1,4 @@
-"""LEIR -> TVM TIR: lowering, building, running (LEIR.md §4). The public API lives in `api`:
+"""LEIR -> TVM TIR: lowering, building, running (docs/leir.md §4). The public API lives in `api`:
 
 `lower_to_primfunc`, `lower_to_script`, `build`, `cuda_source`, `run_numpy`, `run_executable`, `plan`,
 `make_target`, in two forms (`FORMS`: `plain` loops and stores, or `tensorir` blocks). The steps:

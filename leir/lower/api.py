@@ -1,4 +1,4 @@
-"""Lowering LEIR to TVM TIR, building it, and running it (the public API; LEIR.md §4).
+"""Lowering LEIR to TVM TIR, building it, and running it (the public API; docs/leir.md §4).
 
 - `lower_to_primfunc` / `lower_to_script`: a program and its signature -> a PrimFunc named `main`
   whose arguments are the signature's tensors in order, or its TVMScript text (byte-identical for

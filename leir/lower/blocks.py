@@ -3,7 +3,7 @@
 One block per LEIR statement (and per explicit initialisation), whose iterators are the statement's
 enclosing LEIR loops, each with a kind:
 
-- `S` (spatial): the loop index appears in the left-hand subscript (LEIR.md §4.3) and distinct
+- `S` (spatial): the loop index appears in the left-hand subscript (docs/leir.md §4.3) and distinct
   values of it write distinct elements (`data_parallel`);
 - `R` (reduction): it does not appear, so iterations update or overwrite the same elements;
 - `opaque` for an index that appears but whose distinct values may write the same element

@@ -1,4 +1,4 @@
-"""Planning the lowering of a LEIR program, without TVM (LEIR.md §4).
+"""Planning the lowering of a LEIR program, without TVM (docs/leir.md §4).
 
 The plan is a small tree of `PLoop`s and `PStore`s, in execution order, that `leir.lower.emit` turns
 into TIR one for one. Everything that needs a decision is decided here, deterministically:

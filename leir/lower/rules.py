@@ -4,7 +4,7 @@
   iterations at once only when distinct iterations write distinct elements of every statement below
   it (`writes_apart`); otherwise a reduction or a repeated store across it would race, so it stays a
   serial loop, and the plan records why. LEIR allows such loops (an accumulator update across a
-  parallel loop is legal, LEIR.md §4.1), so this is the lowering's job, not the program's fault.
+  parallel loop is legal, docs/leir.md §4.1), so this is the lowering's job, not the program's fault.
 - `fill_depth` / `fill_loops`: where the explicit initialisation of a reduction goes (§4.4).
 """
 from __future__ import annotations

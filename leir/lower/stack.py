@@ -1,4 +1,4 @@
-"""Room on the C stack for TVM's recursive passes over deep expressions (issue 28).
+"""Room on the C stack for TVM's recursive passes over deep expressions.
 
 LEIR's own code walks trees with explicit stacks, but TVM's C++ visitors (the IR builder's checks,
 the TVMScript printer, structural hashing, the simplifier, LLVM code generation) recurse once or

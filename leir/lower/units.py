@@ -1,6 +1,6 @@
 """Timing units: a lowered program cut at its top-level nests, each piece a function of its own.
 
-The measure stage (issue 24) times every state of an original program, and the states of one
+The measure stage times every state of an original program, and the states of one
 program share most of their nests: a step rewrites one or two. Compiling and timing each distinct
 piece once, and taking a state's time as the sum of its pieces' times, costs a fraction of compiling
 every whole state (`gpu_tasks.state_timing`, "units").

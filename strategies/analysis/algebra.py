@@ -29,7 +29,7 @@ SPOT_RANGES = (("spot-check:", 3, 29), ("spot-check-unit:", 1, 7))
 class Target:
     """The expression of a statement that an algebraic rewrite may change: the whole right-hand side
     of a plain store, or `e` of an accumulation `X op e` / `max(X,e)` (the accumulator form must stay
-    as it is, or the implicit initialisation of LEIR.md §4.4 would change)."""
+    as it is, or the implicit initialisation of docs/leir.md §4.4 would change)."""
 
     stmt: Stmt
     expr: object
@@ -167,7 +167,7 @@ def unguarded_exp(ctx, shifted, shift, code: str | None = None) -> str | None:
     max shift of a softmax is only safe when the shifted values cannot grow (exp(x) is inf for
     x > 88 in float32), so it is refused for values that come out of a sum reduction, and always in
     a dtype whose exp overflows within the range of ordinary data (float16: above 11). `code` is the
-    dtype the exp is computed in (its statement's left-hand dtype, LEIR.md §4.5: a float32 statement
+    dtype the exp is computed in (its statement's left-hand dtype, docs/leir.md §4.5: a float32 statement
     over float16 reads computes exp in float32); without it, the dtype of the values read."""
     shifts = {s.stmt.lhs.tensor for s in ctx.sites if reduction_op(s.stmt) == "max"}
     if shift is not None and not any(a.tensor in shifts for a in accesses(shift)):

@@ -1,5 +1,5 @@
 """The last checks on a rewritten program, before it becomes a step. A rewrite must not change which
-statements are reductions with implicit initialisation (LEIR.md §4.4) nor start from a clean program
+statements are reductions with implicit initialisation (docs/leir.md §4.4) nor start from a clean program
 and end with validation errors. The levels state the first in the form that fits what they move:
 
 - `finish` (the mathematical rules): validates clean when the input did, and, unless the rewrite
@@ -41,7 +41,7 @@ def _valid(program: Program, signature) -> bool:
 
 
 def check_inits(ctx: Context, program: Program, order_map: dict[int, int] | None = None) -> None:
-    """Raise Illegal when a reduction gains or loses its implicit initialisation (LEIR.md §4.4).
+    """Raise Illegal when a reduction gains or loses its implicit initialisation (docs/leir.md §4.4).
     `order_map` maps old statement positions to new ones (identity when absent)."""
     old, new = ctx.inits, implicit_inits(program, ctx.signature)
     moved = {(order_map or {}).get(k, k): v for k, v in old.items()}

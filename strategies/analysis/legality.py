@@ -15,13 +15,13 @@ def iterations(loops) -> int:
     return math.prod(lp.extent for lp in loops)
 
 
-# --- fused multiply-adds: where contraction changes the rounding (issue 18, refined in issue 26) -------
+# --- fused multiply-adds: where contraction changes the rounding -------
 
 def product_rounds(product, code: str) -> bool:
     """Whether `product` (a multiplication as `leir.analysis.is_product` sees it), computed in dtype
     `code`, is rounded, so that LLVM fusing it with an add into one FMA changes the result. It is not
     where the product is exact in `code` (the significands of its factors fit: two float16 or bfloat16
-    reads in a float32 statement, LEIR.md §4.5; a power-of-two literal only scales), nor in a bfloat16
+    reads in a float32 statement, docs/leir.md §4.5; a power-of-two literal only scales), nor in a bfloat16
     statement, which the lowering rounds explicitly after every operation (no FMA can form)."""
     if code == "bf16":
         return False
@@ -48,7 +48,7 @@ def _significand_bits(e, code: str) -> list[int] | None:
     return None
 
 
-# --- steps that cannot help (issue 24): refused, with the reason, whatever else holds -------------------
+# --- steps that cannot help: refused, with the reason, whatever else holds -------------------
 
 def one_iteration_problem(loop: Loop, what: str) -> str | None:
     """Why marking `loop` (`what`: parallel, vectorized, unrolled, bound) cannot help, or None."""
@@ -61,7 +61,7 @@ def one_iteration_problem(loop: Loop, what: str) -> str | None:
 # The pipeline's bound on the work one start of a parallel loop shares (params.yaml `min_parallel_work`,
 # strategies.base.Context). Below it the thread pool's start and join (microseconds each start) cost
 # about what the shared work saves: in the default build (Intel Xeon, 2 cores) 59 of the 62 released
-# parallelisations below 8,192 innermost iterations a start were slower or no faster (README, "Steps
+# parallelisations below 8,192 innermost iterations a start were slower or no faster (docs/cli.md, "Steps
 # that cannot help").
 MIN_PARALLEL_WORK = 8192
 

@@ -125,7 +125,7 @@ def fuse_nests(program: Program, i: int, depth: int) -> Fusion:
     first, second = body_statements(a), body_statements(b)
     refuse(misaligned(first, second, [lp.var for lp in shared]))
     for lp in shared:
-        if lp.kind in ("P", "V"):  # such a loop must stay free of carried dependences (LEIR.md §4.1)
+        if lp.kind in ("P", "V"):  # such a loop must stay free of carried dependences (docs/leir.md §4.1)
             why = loop_carries_dependence(first + second, lp.var)
             if why:
                 raise Illegal(f"the fused {lp.kind} loop {lp.var} would carry a dependence: {why}")

@@ -74,7 +74,7 @@ def sum_drift_problem(n: int, code: str, tensor: str, held_to: str | None = None
     of the running sum (u: the accumulator's dtype `code`), and a different order or different terms
     round differently: the results drift apart by about sqrt(n)*u of the sum (a random walk of n
     rounding errors). The bound is what the program's result is verified to: the accumulator's dtype,
-    or the looser dtype of the outputs (`held_to`; issue 26: a float32 accumulator of a float16
+    or the looser dtype of the outputs (`held_to`; a float32 accumulator of a float16
     program is held to float16's tolerance, so it may reorder some 4e8 terms, not 27,000)."""
     fmt = float_format(code)
     if fmt is None or n <= 1:
@@ -112,7 +112,7 @@ def literal_problem(value: float, code: str) -> str | None:
 
 
 # A reordered program rounds differently from the original, and its outputs move by a multiple of
-# what rounding alone does to the original: in the release-scale build (issue 18) the reassociated
+# what rounding alone does to the original: in the release-scale build the reassociated
 # variants of transformer_prenorm (float32) moved 1.1-3.3 tolerances from the original, whose own
 # rounding against the float64 reference used 0.42 of it; distillation_kl_loss 1.33 against 0.24:
 # factors of 2.6 to 5.5. So where the original's rounding already uses more than this share of the

@@ -74,7 +74,7 @@ def reductions(ctx: Context) -> list[Reduction]:
 
 
 def first(var: str):
-    """`var-1<0`: the first iteration of a scan over `var` (LEIR.md §4.4)."""
+    """`var-1<0`: the first iteration of a scan over `var` (docs/leir.md §4.4)."""
     return Compare((BinOp("-", Var(var), Num(1)), Num(0)), ("<",))
 
 

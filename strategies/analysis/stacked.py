@@ -1,6 +1,6 @@
 """Stacked tensors: the patterns the two stacked-tensor rules match (rules/graph/stacking.py).
 
-A *stacked* tensor carries its parts on a leading literal index (LEIR.md §5: that is how the
+A *stacked* tensor carries its parts on a leading literal index (docs/leir.md §5: that is how the
 translator writes tuple results such as split, chunk or a QKV projection).
 
 - concat: nests p0 < p1 < ... with the same loops, one statement each, that share an input and write

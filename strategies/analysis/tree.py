@@ -177,7 +177,7 @@ def vars_in(node) -> list[str]:
 # --- fresh names and literals ----------------------------------------------------------------------------
 
 def fresh_tensors(program: Program, signature=None) -> TensorNames:
-    """A `TensorNames` allocator continuing the sequence past every name in use (LEIR.md §6)."""
+    """A `TensorNames` allocator continuing the sequence past every name in use (docs/leir.md §6)."""
     names = list(signature.names) if signature is not None else []
     return TensorNames(dict.fromkeys(names + tensor_order(program)))
 

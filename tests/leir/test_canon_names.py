@@ -1,4 +1,4 @@
-"""Alpha-equivalence hash, canonical renaming, and the name sequences of LEIR.md §2."""
+"""Alpha-equivalence hash, canonical renaming, and the name sequences of docs/leir.md §2."""
 from __future__ import annotations
 
 from leir import Signature, format_program, parse_program

@@ -88,7 +88,7 @@ def test_valid_forms_are_accepted(text):
     assert codes(text) == []
 
 
-# --- mixed precision (LEIR.md §4.5) ------------------------------------------------------------------
+# --- mixed precision (docs/leir.md §4.5) ------------------------------------------------------------------
 
 HALF_SIG = Signature.from_json({"tensors": [
     {"name": "A", "shape": [4, 6], "dtype": "float16", "role": "input"},

@@ -189,7 +189,7 @@ CASES = {
     # (splitting off A**2 would leave the invariant C summed 8 times: refused; the split of C adds it once)
     "additive_split": (ROW_SUM, ROW, "llvm", "nest 1, loop a, statement 1, tensor E", "term=C^{f64,g}_{tx}", [
         "sum over a of (g+t) = sum of g + sum of t, t = C^{f64,g}_{tx}",
-        "the second nest accumulates onto E after the first wrote it (LEIR.md §4.4), so it gets no second "
+        "the second nest accumulates onto E after the first wrote it, so it gets no second "
         "initialisation", "t does not depend on a: its 8 equal terms are added once as 8*t"]),
     "normal_loop_summation_on_exp_to_prefix_summation_on_exp": (SOFT, S2, "llvm",
                                                                 "nest 2, loop a, statement 2, tensor E", None, [

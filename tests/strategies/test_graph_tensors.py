@@ -112,7 +112,7 @@ def test_concat_refuses_known_tensors_other_shapes_and_unshared_inputs():
 
 
 def test_concat_refuses_stacking_reductions_as_separate_statements():
-    # Two reductions in one body: the second would lose its implicit initialisation (LEIR.md §4.4),
+    # Two reductions in one body: the second would lose its implicit initialisation (docs/leir.md §4.4),
     # so only the single-statement form over a loop of parts is offered, and here the templates differ.
     sums = ("B^{4}_{tx=0}L^{8}_{a=0}[D^{f64,g}_{tx}=D^{f64,g}_{tx}+A^{f64,g}_{tx,a};];"
             "B^{4}_{tx=0}L^{8}_{a=0}[E^{f64,g}_{tx}=max(E^{f64,g}_{tx},A^{f64,g}_{tx,a});];"

@@ -4,7 +4,7 @@ shift in the dtype, the strategy refuses it instead (fewer applications in float
 
 "float16" is the one-dtype form of the published format (every access float16: the translator's
 float32 program retyped), whose sums and exps run in float16. The translator's own float16 programs
-accumulate in float32 (LEIR.md §4.5, issue 26): "float16-mixed", where the same steps as in float32
+accumulate in float32 (docs/leir.md §4.5, issue 26): "float16-mixed", where the same steps as in float32
 are proposed, and verify."""
 from __future__ import annotations
 

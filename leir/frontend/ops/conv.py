@@ -1,4 +1,4 @@
-"""Convolutions (LEIR.md §5): an optional padding nest, one multiply-accumulate nest with subscripts
+"""Convolutions (docs/leir.md §5): an optional padding nest, one multiply-accumulate nest with subscripts
 `c*stride+g*dilation`, and a bias nest when there is a bias. A transposed convolution is the same
 over an input that the padding nest also spreads out by the stride, with the kernel flipped."""
 from __future__ import annotations

@@ -46,7 +46,7 @@ def matmul_into(em: Emitter, out: Ref, a: Ref, b: Ref, alpha=1) -> None:
 
 
 def add_bias(em: Emitter, out: Ref, bias, beta=1) -> None:
-    """`out += bias` broadcast (the bias nest on the accumulator of LEIR.md §5)."""
+    """`out += bias` broadcast (the bias nest on the accumulator of docs/leir.md §5)."""
     def body(*v):
         term = broadcast_read(bias, v, out.shape) if isinstance(bias, Ref) else bias
         return accumulate(out, v, term if beta == 1 else term * beta)

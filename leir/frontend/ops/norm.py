@@ -1,4 +1,4 @@
-"""Normalisations (LEIR.md §5): sum, mean, squared-deviation sum, biased variance, normalise with
+"""Normalisations (docs/leir.md §5): sum, mean, squared-deviation sum, biased variance, normalise with
 `sqrt(var+eps)`, then the affine nest `weight*x+bias` (golden `layer_norm_last_dim`).
 
 Statistics live in temporaries indexed by the kept dimensions; `stats_index(v)` maps a position of

@@ -1,7 +1,7 @@
 """Element-wise operators: activations, arithmetic with broadcasting, comparisons, selection, casts.
 
 Each is one nest over the result; tanh-like activations that need `exp(u)` and `exp(-u)` compute
-them into temporaries first (LEIR.md §5 spells tanh `(exp(x)-exp(-x))/(exp(x)+exp(-x))`).
+them into temporaries first (docs/leir.md §5 spells tanh `(exp(x)-exp(-x))/(exp(x)+exp(-x))`).
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def pointwise(em: Emitter, out: Ref, fn, *operands) -> None:
 
 
 # tanh(u) rounds to +-1 in every float dtype beyond these bounds; clamping there first keeps
-# exp(u) finite (LEIR.md §5's spelling would give inf/inf = NaN where PyTorch gives +-1).
+# exp(u) finite (docs/leir.md §5's spelling would give inf/inf = NaN where PyTorch gives +-1).
 TANH_SATURATION = {"f16": 9, "bf16": 20, "f32": 20, "f64": 20}
 
 
@@ -49,7 +49,7 @@ _HALF_TORCH = {"f16": "float16", "bf16": "bfloat16"}
 
 def bound(value: float, code: str, op: str) -> float:
     """The literal that a `code` value `x` is compared with, so that `x op literal` in that dtype (a
-    literal takes the dtype of what it is compared with, LEIR.md §4.5) decides as PyTorch does: its
+    literal takes the dtype of what it is compared with, docs/leir.md §4.5) decides as PyTorch does: its
     float16 and bfloat16 kernels compare in float32, i.e. with `value` itself. A `value` the dtype
     cannot hold lies between two of its values lo < value < hi, and `x > value` is `x > lo`, `x <
     value` is `x < hi` (`threshold(x, 0.1, 20)` in bfloat16 would otherwise keep x = 0.10009765625,

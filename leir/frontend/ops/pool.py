@@ -1,4 +1,4 @@
-"""Pooling (LEIR.md §5): a padding nest with `-inf` (max) or 0 (average) when the windows reach
+"""Pooling (docs/leir.md §5): a padding nest with `-inf` (max) or 0 (average) when the windows reach
 outside the input, then a max or sum nest over the window; average pooling divides by the window
 size PyTorch uses (a literal when it is the same everywhere, else an expression of the position)."""
 from __future__ import annotations

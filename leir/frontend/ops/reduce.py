@@ -3,7 +3,7 @@
 A reduction loops over the input's dimensions in their order (the first loop is the `B` loop) and
 accumulates into a temporary of the keep-dim shape (literal 0 at reduced positions); a second nest
 writes the result (a copy for sum, a division for mean, ...). Softmax-like operators reduce into
-temporaries of the reduced shape (max, then sum of exp) and normalise (LEIR.md §1, §5).
+temporaries of the reduced shape (max, then sum of exp) and normalise (docs/leir.md §1, §5).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Layout operators as copy nests with rearranged subscripts (LEIR.md §5): reshape and its kin,
+"""Layout operators as copy nests with rearranged subscripts (docs/leir.md §5): reshape and its kin,
 permute/transpose, expand, repeat, flip, slicing and indexing, cat/stack, split/chunk (stacked on a
 leading literal index), padding, triangular masks, gathers, and tensor factories."""
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The two prefix (scan) rules: a max-reduction loop, or a sum-of-exp reduction loop, written as a scan
-that keeps every prefix, with an explicit boundary (LEIR.md §4.4):
+that keeps every prefix, with an explicit boundary (docs/leir.md §4.4):
 `H_{tx,a}=max(if_then_else(a-1<0,-inf,H_{tx,a-1}),x)`. The original accumulator receives the last
 prefix, so every consumer stays as it is. `PrefixScan` is their shape; each states its operator,
 boundary and which reductions it takes."""

@@ -3,7 +3,7 @@ reads it) folded into one loop with a running max, a rescaled running sum and, f
 rescaled running output (the patterns: `strategies.analysis.reductions`).
 
 The running forms keep the original accumulator names (so every consumer stays as it is) and read
-the previous value only behind `if_then_else(a-1<0, boundary, ...)` (LEIR.md §4.4).
+the previous value only behind `if_then_else(a-1<0, boundary, ...)` (docs/leir.md §4.4).
 """
 from __future__ import annotations
 

@@ -252,7 +252,7 @@ class AdditiveSplit(ReductionSplit):
         except Untranslatable as err:
             raise Illegal(str(err)) from err
         if not invariant and r.var not in loops_of(bridge, e - t):
-            # issue 26: log_cosh_loss's split with term=G left -ln2 summed 1024 times (the running sum
+            # log_cosh_loss's split with term=G left -ln2 summed 1024 times (the running sum
             # fell to -710, then climbed to +300 with G): 2.6e-5 off in float32, a mismatch
             raise Illegal(f"what remains, {format_expr(g)}, does not depend on {r.var}: it would be added {n} times "
                           f"and rounded {n} times, where the split of that term adds it once as {n}*({format_expr(g)})")
@@ -263,7 +263,7 @@ class AdditiveSplit(ReductionSplit):
 
     def _facts(self, r: Reduction, term: str, invariant: bool) -> tuple[str, ...]:
         facts = (f"sum over {r.var} of (g+t) = sum of g + sum of t, t = {term}",
-                 f"the second nest accumulates onto {r.acc.tensor} after the first wrote it (LEIR.md §4.4), "
+                 f"the second nest accumulates onto {r.acc.tensor} after the first wrote it, "
                  "so it gets no second initialisation")
         if invariant:
             n = r.red_loop.extent

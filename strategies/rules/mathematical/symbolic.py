@@ -37,7 +37,7 @@ class SympyStrategy(Strategy):
     level = "mathematical"
     exactness = "reassociating"
     why = ""
-    # `why` promises fewer operations: where the count does not drop, it is not said (issue 25).
+    # `why` promises fewer operations: where the count does not drop, it is not said.
     saves = False
     # Rational-function strategies see exp/log/erf/abs/max/min and fractional powers as opaque atoms:
     # factor() must not split exp(a-b) into exp(a)*exp(-b) (that is expand_powsimp's step).

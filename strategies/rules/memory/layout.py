@@ -167,7 +167,7 @@ def _split_index(ix, factor: int, bounds: dict[str, tuple[int, int]]):
     if form is not None and any(c < 0 for c in form[0].values()):
         # TVM 0.27's simplifier folds a decreasing index split into block and lane wrongly: with c in
         # [0, 16), A[(15-c)//4*4 + (15-c)%4] reads A[12-c] (and past the end for c > 12); the argmax
-        # reversal `2047-c` of a packed input verified as a mismatch (issue 18's release-shape survey)
+        # reversal `2047-c` of a packed input verified as a mismatch (release-shape survey)
         raise Illegal(f"the subscript {format_expr(ix)} decreases with a loop index: its "
                       "block and lane (//, %) are miscompiled by TVM 0.27's simplifier")
     return BinOp("//", ix, Num(factor)), BinOp("%", ix, Num(factor))

@@ -156,7 +156,7 @@ def test_bool_dtype():
 
 
 def test_mixed_dtypes_compute_in_the_lhs_dtype():
-    """LEIR.md §4.5: reads of other dtypes are converted to the statement's dtype, then it computes:
+    """docs/leir.md §4.5: reads of other dtypes are converted to the statement's dtype, then it computes:
     float64 addition of a float32 and an int64 value; an int32 statement truncates A before doubling."""
     s = sig({"A": ((8,), "float32"), "I": ((8,), "int64")}, {"C": ((8,), "float64"), "K": ((8,), "int32")})
     a = np.linspace(-3.7, 3.7, 8)

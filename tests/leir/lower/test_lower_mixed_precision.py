@@ -1,4 +1,4 @@
-"""Mixed precision (LEIR.md §4.5): a statement computes in the dtype of its left-hand side, reads of
+"""Mixed precision (docs/leir.md §4.5): a statement computes in the dtype of its left-hand side, reads of
 other dtypes are converted, the store rounds once; conditions compare in the dtype of their operands.
 Golden text of both forms and the CUDA source, and the values, for float16 and bfloat16 (whose
 bfloat16 statements TVM 0.27 would otherwise compute in float32: leir.lower.expr.BF16_WORK)."""
@@ -15,7 +15,7 @@ from leir.lower import FORMS, build, cuda_source, lower_to_script, run_executabl
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F32 = np.float32
 
-# LEIR.md §4.5: a float32 accumulator over float16 operands, rounded once into the float16 result
+# docs/leir.md §4.5: a float32 accumulator over float16 operands, rounded once into the float16 result
 MATMUL = ("B^{4}_{tx=0}L^{3}_{a=0}L^{64}_{c=0}[E^{f32,l}_{tx,a}=E^{f32,l}_{tx,a}+A^{CODE,g}_{tx,c}*C^{CODE,g}_{c,a};];"
           "B^{4}_{tx=0}L^{3}_{a=0}[D^{CODE,g}_{tx,a}=E^{f32,l}_{tx,a};];")
 

@@ -1,4 +1,4 @@
-"""A literal, slow reference interpreter of LEIR (LEIR.md §4), used as the oracle of the lowering
+"""A literal, slow reference interpreter of LEIR (docs/leir.md §4), used as the oracle of the lowering
 tests, and tests that check the oracle itself against PyTorch.
 
 It shares nothing with the lowering except `analysis.implicit_inits`/`tensor_table` (which say

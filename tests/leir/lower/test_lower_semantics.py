@@ -1,4 +1,4 @@
-"""The lowering computes what LEIR.md §4 says: every loop kind, implicit initialisation for any
+"""The lowering computes what docs/leir.md §4 says: every loop kind, implicit initialisation for any
 subscripts and loop order, nested nests, gathers, scans, 0-d tensors, bare indices, operators.
 Each program is built for the CPU in both forms (plain and TensorIR) and compared on several seeded
 draws with the reference interpreter of `test_lower_oracle` (float64: to 1e-12)."""

@@ -76,7 +76,7 @@ def test_without_the_scan_iterator_tvm_would_lose_the_carried_value(monkeypatch)
 @pytest.mark.parametrize("program", [
     # a running maximum read inside the loop that accumulates it (a reduction iterator carries it)
     "L^{3}_{i=0}L^{6}_{a=0}[M^{f64,g}_{i}=max(M^{f64,g}_{i},A^{f64,g}_{i,a});C^{f64,g}_{i,a}=M^{f64,g}_{i};];",
-    # a 0-d accumulator across an outer loop: initialised once, before the first update (LEIR.md §4.4)
+    # a 0-d accumulator across an outer loop: initialised once, before the first update (docs/leir.md §4.4)
     "B^{3}_{tx=0}[L^{6}_{a=0}[S^{f64,l}=S^{f64,l}+A^{f64,g}_{tx,a};];L^{6}_{a=0}[C^{f64,g}_{tx,a}=S^{f64,l};];];",
     # a scan over a tiled loop pair
     "L^{3}_{i=0}L^{2}_{g=0}L^{3}_{a=0}[H^{f64,g}_{i,g*3+a}=if_then_else(g*3+a<1,A^{f64,g}_{i,g*3+a},"
