@@ -152,6 +152,7 @@ def fast_erf_f32(x):
 
 # The extensions' TIR: each computes in float32 whatever the operand's type, rounded back to it.
 _FAST = {"fast_exp": fast_exp_f32, "fast_log": fast_log_f32, "fast_erf": fast_erf_f32}
+FAST_FORM_VARS = ("fe_", "fl_", "fr_")  # the prefixes of the variables their Lets bind
 
 
 def tvm_dtype(code: str) -> str:

@@ -18,7 +18,7 @@ from tvm.ir.expr import Call, TensorLoad
 from tvm.ir.prim.expr import FloatImm, IntImm
 from tvm.sym import Analyzer
 
-from leir.lower.expr import dtype_of, is_float
+from leir.lower.expr import FAST_FORM_VARS, dtype_of, is_float
 
 _BINARY = tuple(getattr(tirx, name) for name in (
     "Add", "Sub", "Mul", "Div", "Mod", "FloorDiv", "FloorMod", "Min", "Max", "EQ", "NE", "LT", "LE", "GT",
@@ -178,13 +178,39 @@ def bind_leaves(value) -> tuple[list[tuple[tirx.Var, object]], object]:
 CHECKED_DEPTH = 100
 
 
+def _has_fast_form(value) -> bool:
+    """Whether `value` holds an extension's polynomial (`fast_exp`, `fast_log`, `fast_erf`): those are
+    emitted as they are, like deep statements. They are close to their functions by design, not
+    bitwise, and the check below substitutes every Let: nested fast forms (mish's
+    `fast_exp(fast_log(1+fast_exp(x)))`) grew the checked tree exponentially (209 s to lower one
+    statement)."""
+    stack = [value]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, tirx.Let):
+            if n.var.name.startswith(FAST_FORM_VARS):
+                return True
+            stack += [n.value, n.body]
+        elif isinstance(n, _BINARY):
+            stack += [n.a, n.b]
+        elif isinstance(n, tirx.Not):
+            stack.append(n.a)
+        elif isinstance(n, tirx.Cast):
+            stack.append(n.value)
+        elif isinstance(n, tirx.Select):
+            stack += [n.condition, n.true_value, n.false_value]
+        elif isinstance(n, Call):
+            stack += list(n.args)
+    return False
+
+
 def emit_faithful(value, alloc, depth: int):
     """`value` as the statement's store should use it: where the simplifier would rewrite it, over its
     leaves bound to variables of their own (Let expressions around it). A literal is bound to a load of
     a one-element local buffer holding it, stored here (`alloc(shape, dtype)` allocates one in the
     current frame): a bound constant, or any pure value, is substituted back and folded, a load is
     not; LLVM turns the buffer back into the constant."""
-    if depth > CHECKED_DEPTH:
+    if depth > CHECKED_DEPTH or _has_fast_form(value):
         return value
     try:
         if not simplifier_rewrites(value):
