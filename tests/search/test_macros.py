@@ -206,7 +206,7 @@ def test_row_kernel_vectorises_and_parallelises_every_heavy_nest():
     assert len(params) == 3 and sum(bool(p.get("partials")) for p in params) == 2
     # partial results one register wide: the serial chain that combines them is 16 long, not 32
     assert [p["width"] for p in params if p.get("partials")] == [16, 16]
-    assert all(p.get("math") == "fast" for p in params[:2])           # the two nests with exp
+    assert all(p.get("exp") == "fast" for p in params[:2])            # the two nests with exp
     heavy = [n for n in macro.after.nests if any(lp.kind == "V" for lp in n.loops)]
     assert len(heavy) == 3 and all(n.loops[0].kind == "P" for n in heavy)
     assert not micro_kernels(Context(SOFTMAX, SOFTMAX_SIG), AVX512)   # no contraction here

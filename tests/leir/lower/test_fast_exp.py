@@ -97,3 +97,28 @@ def test_fast_log_and_fast_erf_vector_loops_call_no_library(fn, call):
     assert f"{call}f" in sources[call] or f"llvm.{call}" in sources[call]
     assert f"{call}f" not in sources[fn] and f"llvm.{call}" not in sources[fn]
     assert re.search(r"<(4|8|16) x float>", sources[fn])   # the lanes stay vector code
+
+
+@pytest.mark.timeout(120)
+def test_mish_with_every_fast_form_lowers_without_the_ieee_check_and_stays_close():
+    """mish with `math: fast` nests fast_exp in fast_log in fast_exp: a statement holding a fast form is
+    emitted as it is (the IEEE check substitutes every Let, and the checked tree grew exponentially:
+    209 s to lower this statement), and it still computes mish within float32 rounding."""
+    from tvm import tirx
+
+    from leir.lower.api import run_numpy
+    from leir.lower.expr import fast_log_f32
+    from leir.lower.ieee import _has_fast_form
+
+    assert _has_fast_form(fast_log_f32(tirx.Var("x", "float32")) + tirx.const(1.0, "float32"))
+    assert not _has_fast_form(tirx.Var("x", "float32") * tirx.const(2.0, "float32"))
+    sig = {"tensors": [{"name": "C", "shape": [64], "dtype": "float32", "role": "input"},
+                       {"name": "D", "shape": [64], "dtype": "float32", "role": "output"}]}
+    sp = "min(max(fast_log(1+fast_exp(C^{f32,g}_{a*16+c})),-20),20)"
+    text = (f"L^{{4}}_{{a=0}}V^{{16}}_{{c=0}}[H^{{f32,g}}_{{a*16+c}}=fast_exp({sp});I^{{f32,g}}_{{a*16+c}}=fast_exp(-{sp});"
+            "D^{f32,g}_{a*16+c}=C^{f32,g}_{a*16+c}*((H^{f32,g}_{a*16+c}-I^{f32,g}_{a*16+c})/"
+            "(H^{f32,g}_{a*16+c}+I^{f32,g}_{a*16+c}));];")
+    x = np.linspace(-8, 8, 64, dtype=np.float32)
+    got = run_numpy(text, sig, {"C": x})["D"]
+    want = x * np.tanh(np.log1p(np.exp(x.astype(np.float64))))
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
