@@ -32,8 +32,8 @@ def test_fmt_prints_canonical_lines_and_reports_errors_with_position(runner, pro
     assert result.exit_code == 2
     assert result.stdout.splitlines() == [GOOD_CANON, GOOD_CANON]
     assert result.stderr.strip() == (f"{programs}:2:29: error: unexpected ';', expected one of '(', '-', 'abs', "
-                                     "'erf', 'exp', 'fast_exp', 'if_then_else', 'inf', 'log', 'max', 'min', 'sqrt', a number, "
-                                     "a tensor name, an index name, an integer")
+                                     "'erf', 'exp', 'fast_erf', 'fast_exp', 'fast_log', 'if_then_else', 'inf', 'log', "
+                                     "'max', 'min', 'sqrt', a number, a tensor name, an index name, an integer")
     assert "Traceback" not in result.output
 
 
