@@ -169,8 +169,10 @@ def write_atomically(target: Path, write) -> Path:
 
 def write_shard(lake: Path, table: str, shard: str, rows: list[dict]) -> Path:
     """Write one shard atomically; the same rows always produce the same file bytes."""
+    folder = table_dir(lake, table)
+    folder.mkdir(parents=True, exist_ok=True)
     data = to_arrow(table, rows)
-    return write_atomically(table_dir(lake, table) / f"{shard}.parquet", lambda f: pq.write_table(
+    return write_atomically(folder / f"{shard}.parquet", lambda f: pq.write_table(
         data, f, compression="zstd", use_dictionary=True, write_statistics=True, row_group_size=50_000))
 
 
