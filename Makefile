@@ -10,6 +10,7 @@ export GX_ANALYTICS_ENABLED := false
 export DVC_NO_ANALYTICS := 1
 export OPENBLAS_NUM_THREADS := 1
 export DVC_SITE_CACHE_DIR := $(CURDIR)/.dvc/tmp/site-cache
+export NO_MKDOCS_2_WARNING := 1
 
 .PHONY: setup run test test-all bench lint docs docs-serve clean
 
