@@ -132,17 +132,23 @@ def _operations(expr) -> list[str]:
             # integer and boolean arithmetic folds exactly (`a-1 < 0` is `a < 1`); float operations,
             # calls and comparisons are what IEEE computes
             out.append(f"{_MIRRORED.get(kind, kind)}:{dtype_of(n)}" + (f":{n.op.name}" if isinstance(n, Call) else ""))
-        if isinstance(n, _BINARY):
-            stack += [n.a, n.b]
-        elif isinstance(n, tirx.Not):
-            stack.append(n.a)
-        elif isinstance(n, tirx.Cast):
-            stack.append(n.value)
-        elif isinstance(n, tirx.Select):
-            stack += [n.condition, n.true_value, n.false_value]
-        elif isinstance(n, Call):
-            stack += list(n.args)
+        stack += _operands(n)
     return sorted(out)
+
+
+def _operands(n) -> list:
+    """The operands of an arithmetic, comparison, cast, select or call node (none for a leaf or a Let)."""
+    if isinstance(n, _BINARY):
+        return [n.a, n.b]
+    if isinstance(n, tirx.Not):
+        return [n.a]
+    if isinstance(n, tirx.Cast):
+        return [n.value]
+    if isinstance(n, tirx.Select):
+        return [n.condition, n.true_value, n.false_value]
+    if isinstance(n, Call):
+        return list(n.args)
+    return []
 
 
 def bind_leaves(value) -> tuple[list[tuple[tirx.Var, object]], object]:
@@ -191,16 +197,8 @@ def _has_fast_form(value) -> bool:
             if n.var.name.startswith(FAST_FORM_VARS):
                 return True
             stack += [n.value, n.body]
-        elif isinstance(n, _BINARY):
-            stack += [n.a, n.b]
-        elif isinstance(n, tirx.Not):
-            stack.append(n.a)
-        elif isinstance(n, tirx.Cast):
-            stack.append(n.value)
-        elif isinstance(n, tirx.Select):
-            stack += [n.condition, n.true_value, n.false_value]
-        elif isinstance(n, Call):
-            stack += list(n.args)
+        else:
+            stack += _operands(n)
     return False
 
 
