@@ -11,7 +11,7 @@ wording says how many answers a multi-answer prompt asks for, or `"k"` directly)
   under the timing protocol (`gpu_tasks.timing`); `null` when timing is off (`--no-time`);
 - `strategy_label_pass`: the answer verifies (exact or close), the named strategy is one of the 43,
   and the answer either is alpha-equivalent to applying it to the original or shows its structural
-  effect in another spelling (`evaluation.label`, `evaluation.effects`); `strategy_label_exact_pass`:
+  effect in another spelling (`evaluation.label`, each rule's `recognizes`); `strategy_label_exact_pass`:
   the alpha-equivalent match alone (enumeration capped), whether or not the answer verifies;
 - `require_num_pass`: the number of distinct (alpha-hash) answers that are different and close is
   the number asked for: `k`, or what the prompt's wording asks ("Propose K different" exactly,

@@ -3,7 +3,7 @@
 Two checks. *Exact*: the named strategy is applied to the original (every site, every parameter
 variant, in the strategy's deterministic order, at most `cap` transformations and `budget_s`
 seconds) and one of the results is alpha-equivalent to the answer. *Effect*: the change from the
-original to the answer shows the strategy's structural effect (`evaluation.effects`), whatever its
+original to the answer shows the strategy's structural effect (each rule's `recognizes`), whatever its
 spelling. The label passes when either holds (the harness also requires the answer to verify);
 `exact` is kept as its own field. This runs as a worker-pool job (a module-level function; the
 symbolic strategies use sympy, whose worst cases are slow), and the set of results per (original,
@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from functools import lru_cache
 
+from leir.ast import Program
 from leir.canon import alpha_hash
 from leir.parse import parse_program
 from leir.signature import Signature
@@ -71,10 +72,18 @@ def label_job(request: LabelRequest) -> LabelResult:
     return LabelResult(False, f"{exact}, nor does it show {request.strategy}'s effect")
 
 
-def _effect(request: LabelRequest) -> bool | None:
-    """Whether the answer shows the strategy's structural effect (None: the strategy has none defined)."""
-    from evaluation.effects import shows_effect
+def shows_effect(strategy: str, original: Program, answer: Program, signature: Signature) -> bool | None:
+    """Whether original -> answer shows the named strategy's structural sign, as its rule states it
+    (`Strategy.recognizes`); None when the name is not one of the 43."""
+    from strategies.registry import ALL_NAMES, get
 
+    if strategy not in ALL_NAMES:
+        return None
+    return bool(get(strategy).recognizes(original, answer, signature))
+
+
+def _effect(request: LabelRequest) -> bool | None:
+    """Whether the answer shows the strategy's structural effect (None: no answer to look at)."""
     if not request.answer:
         return None
     try:

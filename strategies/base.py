@@ -259,6 +259,14 @@ class Strategy:
         """The rewritten program; raise `Illegal(reason)` when the step is not legal here."""
         raise NotImplementedError
 
+    def recognizes(self, before: Program, after: Program, signature: Signature) -> bool:
+        """Whether `before` -> `after` shows this strategy's structural sign, in whatever spelling a
+        model wrote the step (another tile size, the other loop of a pair moved first): what the
+        label check credits when an answer that verifies is not one of the library's own results.
+        A necessary sign, not a proof: the caller asks only about answers that verify. Every
+        strategy states its own (`strategies.analysis.recognition` holds the shared queries)."""
+        raise NotImplementedError(f"{self.name} states no structural sign")
+
     def transformations(self, ctx: Context, limit: int | None = None,
                         per_site: int | None = None) -> Iterator[Transformation]:
         """Legal, non-trivial transformations in site order; at most `per_site` parameter variants

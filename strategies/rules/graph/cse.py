@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from leir.analysis import StmtSite, contraction_contexts, is_product
 from leir.ast import Access, BinOp, Call, Neg, Select, Stmt, Var, accesses, children, replace_expr
 from leir.printer import format_expr
+from strategies.analysis import recognition as rec
 from strategies.analysis.legality import product_rounds
 from strategies.analysis.tree import fresh_tensors, replace_stmt, vars_in
 from strategies.base import Context, Illegal, Match, Rewrite, Site, Strategy
@@ -66,6 +67,10 @@ class CommonSubexpressionElimination(Strategy):
     level = "graph"
     exactness = "exact"
     description = "Compute a repeated sub-expression once into a new tensor and read it where it recurs."
+
+    def recognizes(self, before, after, signature):
+        """A new intermediate (the shared value, computed once)."""
+        return bool(rec.new_intermediates(before, after, signature))
 
     def sites(self, ctx):
         for found in cse_candidates(ctx):

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from leir.analysis import is_product, reduction_op
-from leir.ast import Access, BinOp, Call, Nest, Num, Program, Stmt, Var, accesses
+from leir.ast import Access, BinOp, Call, Neg, Nest, Num, Program, Stmt, Var, accesses
 from leir.printer import format_expr
+from strategies.analysis import recognition as rec
 from strategies.analysis.gates import check_inits
 from strategies.analysis.legality import body_statements, dependence_names, product_rounds
 from strategies.analysis.tree import bands, enclosing_loops, get_item, replace_item, replace_stmt
@@ -27,6 +28,10 @@ class ExpressionSplitting(Strategy):
     level = "graph"
     exactness = "exact"
     description = "Split `X = a op b` into `X = a; X = X op b` (the same operations, in two statements)."
+
+    def recognizes(self, before, after, signature):
+        """More statements in as many nests."""
+        return len(after.nests) == len(before.nests) and len(rec.statements(after)) > len(rec.statements(before))
 
     def sites(self, ctx):
         for s in ctx.sites:
@@ -95,6 +100,11 @@ class ExpressionReorder(Strategy):
     description = ("Reorder the operands of a commutative operation, or two adjacent independent "
                    "statements or nests.")
 
+    def recognizes(self, before, after, signature):
+        """The same program up to the order of the operands of + and * (a chain of them, `-` read as
+        adding a negation) and the order of nests and body items, and not equal."""
+        return before != after and _unordered_program(before) == _unordered_program(after)
+
     def sites(self, ctx):
         for s in ctx.sites:
             e, _ = value_part(s.stmt)
@@ -151,3 +161,44 @@ class ExpressionReorder(Strategy):
         effect = (f"Statement {s.order + 1} evaluates {format_expr(swapped)} instead of {format_expr(e)}: a "
                   "canonical operand order exposes common sub-expressions and matching patterns.")
         return Rewrite(program, facts, effect)
+
+
+# --- what expression_reorder recognises: a program up to the order of operands and items ----------
+
+def _unordered_program(program) -> list:
+    return sorted((_unordered(n) for n in program.nests), key=repr)
+
+
+def _unordered(item) -> tuple:
+    if isinstance(item, Stmt):
+        return ("stmt", item.lhs, _ac(item.rhs))
+    return ("nest", item.loops, tuple(sorted((_unordered(x) for x in item.body), key=repr)))
+
+
+def _ac(e) -> tuple:
+    """`e` up to the order of the operands of chains of + (with - as adding a negation) and *."""
+    if isinstance(e, BinOp) and e.op in ("+", "-"):
+        return ("+",) + tuple(sorted((_ac(t) for t in _terms(e)), key=repr))
+    if isinstance(e, BinOp) and e.op == "*":
+        return ("*",) + tuple(sorted((_ac(f) for f in _factors(e)), key=repr))
+    if isinstance(e, BinOp):
+        return (e.op, _ac(e.lhs), _ac(e.rhs))
+    if isinstance(e, Neg):
+        return ("neg", _ac(e.operand))
+    if isinstance(e, Call):
+        return (e.fn,) + tuple(_ac(x) for x in e.args)
+    return ("leaf", e)
+
+
+def _terms(e) -> list:
+    if isinstance(e, BinOp) and e.op == "+":
+        return _terms(e.lhs) + _terms(e.rhs)
+    if isinstance(e, BinOp) and e.op == "-":
+        return _terms(e.lhs) + [Neg(e.rhs)]
+    return [e]
+
+
+def _factors(e) -> list:
+    if isinstance(e, BinOp) and e.op == "*":
+        return _factors(e.lhs) + _factors(e.rhs)
+    return [e]

@@ -3,6 +3,7 @@ that does several things distributed into nests with the same loops."""
 from __future__ import annotations
 
 from leir.ast import Nest
+from strategies.analysis import recognition as rec
 from strategies.analysis.legality import body_statements, dependence_names, misaligned, read_tensors, written_tensors
 from strategies.analysis.loops import common_depth, contracted_products, fuse_nests, fusion_facts
 from strategies.analysis.tree import bands, enclosing_loops, get_item, replace_item, replace_nests
@@ -16,6 +17,10 @@ class OperatorFusion(Strategy):
     level = "graph"
     exactness = "exact"
     description = "Fuse a consumer nest into its producer's loops as deeply as dependences allow."
+
+    def recognizes(self, before, after, signature):
+        """Fewer top-level nests holding the same statements."""
+        return rec.fewer_nests(before, after)
 
     def sites(self, ctx):
         nests = ctx.program.nests
@@ -50,6 +55,10 @@ class OperatorFission(Strategy):
     level = "graph"
     exactness = "exact"
     description = "Split a nest whose body does several things into two nests with the same loops."
+
+    def recognizes(self, before, after, signature):
+        """More top-level nests, no statement lost."""
+        return len(after.nests) > len(before.nests) and len(rec.statements(after)) >= len(rec.statements(before))
 
     def sites(self, ctx):
         for top, path, nest, _ in bands(ctx.program):

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from leir.analysis import StmtSite, contraction_contexts, is_product
 from leir.ast import Access, Var, map_stmt
 from leir.printer import format_expr
+from strategies.analysis import recognition as rec
 from strategies.analysis.gates import check_inits, positions_without
 from strategies.analysis.legality import iterations, product_rounds, stmt_reads
 from strategies.analysis.tree import remove_items, replace_stmt, substitute_vars
@@ -102,6 +103,18 @@ class ComputeInline(Strategy):
     exactness = "exact"
     description = "Replace reads of an elementwise intermediate by the expression that computes it."
 
+    def recognizes(self, before, after, signature):
+        """An intermediate no longer written and fewer statements (inlined into every reader), or
+        an intermediate read by fewer statements and none added (inlined into one reader; the producer
+        stays for the others)."""
+        gone = set(rec.intermediates(before, signature)) - set(rec.intermediates(after, signature))
+        fewer = len(rec.statements(after)) < len(rec.statements(before))
+        if gone and fewer:
+            return True
+        reads_before, reads_after = rec.readers(before), rec.readers(after)
+        reread = any(reads_after[name] < reads_before[name] for name in rec.intermediates(before, signature))
+        return reread and len(rec.statements(after)) <= len(rec.statements(before))
+
     def sites(self, ctx):
         for name, info in ctx.tensors.items():
             if info.known:
@@ -179,6 +192,11 @@ class DeadCodeElimination(Strategy):
     level = "graph"
     exactness = "exact"
     description = "Remove the statements that compute an intermediate nothing live reads."
+
+    def recognizes(self, before, after, signature):
+        """Fewer statements and no new tensor."""
+        return (len(rec.statements(after)) < len(rec.statements(before))
+                and not rec.new_intermediates(before, after, signature))
 
     def sites(self, ctx):
         live = live_tensors(ctx)

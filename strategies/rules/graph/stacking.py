@@ -15,9 +15,11 @@ operations in the same order; only where the values are stored changes. Both are
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from leir.ast import Access, Loop, Nest, Num, Program, Stmt, Var
+from strategies.analysis import recognition as rec
 from strategies.analysis.gates import init_profile
 from strategies.analysis.legality import body_statements, iterations, loop_carries_dependence
 from strategies.analysis.stacked import (
@@ -57,6 +59,14 @@ class TensorConcatToFuseOperators(Strategy):
     exactness = "exact"
     description = ("Compute independent operators of one input that have the same loops in one nest, "
                    "into one stacked tensor (from concatenated operands, e.g. QKV = X @ [Wq;Wk;Wv]).")
+
+    def recognizes(self, before, after, signature):
+        """Two or more intermediates of one shape are gone and a new intermediate has that shape
+        with one more axis (the parts stacked, on any axis)."""
+        old, new = rec.shaped_intermediates(before, signature), rec.shaped_intermediates(after, signature)
+        gone = Counter((tuple(i.shape), i.dtype) for n, i in old.items() if n not in new)
+        return any(count >= 2 and _stacks(tuple(info.shape), shape) and info.dtype == dtype
+                   for name, info in new.items() if name not in old for (shape, dtype), count in gone.items())
 
     def sites(self, ctx):
         for parts in concat_groups(ctx):
@@ -207,6 +217,19 @@ class TensorSplitToDecoupleOperators(Strategy):
     description = ("Split a tensor stacked on a leading index into one tensor per part (and a nest that "
                    "loops over the parts into one nest per part), so each consumer depends only on its part.")
 
+    def recognizes(self, before, after, signature):
+        """New intermediates of a shape that a stacked intermediate has with one more axis, which is
+        gone or accessed less."""
+        old, new = rec.shaped_intermediates(before, signature), rec.shaped_intermediates(after, signature)
+        added = [i for n, i in new.items() if n not in old]
+        for name, info in old.items():
+            if name in new and rec.uses(after, name) >= rec.uses(before, name):
+                continue
+            parts = [i for i in added if _stacks(tuple(info.shape), tuple(i.shape)) and i.dtype == info.dtype]
+            if len(parts) >= 2 or (parts and name in new):  # all parts split off, or one of them
+                return True
+        return False
+
     def sites(self, ctx):
         for top in range(len(ctx.program.nests)):
             found = loop_split_site(ctx, top)
@@ -289,3 +312,9 @@ class TensorSplitToDecoupleOperators(Strategy):
                 f"({', '.join(new.values())}): the {len(readers)} reading statement{plural} "
                 "now depend only on the part they use, so a part can be inlined, fused with its consumer or "
                 "scheduled on its own.")
+
+
+def _stacks(stacked: tuple[int, ...], part: tuple[int, ...]) -> bool:
+    """`stacked` is `part` with one more axis (of two or more parts) somewhere."""
+    return len(stacked) == len(part) + 1 and any(
+        stacked[:i] + stacked[i + 1:] == part and stacked[i] >= 2 for i in range(len(stacked)))

@@ -5,8 +5,9 @@ prefix, so every consumer stays as it is. `PrefixScan` is their shape; each stat
 boundary and which reductions it takes."""
 from __future__ import annotations
 
-from leir.ast import BinOp, Call, Neg, Nest, Num, Select, Stmt, Var, walk_expr
+from leir.ast import Access, BinOp, Call, Neg, Nest, Num, Program, Select, Stmt, Var, walk_expr
 from leir.printer import format_expr
+from strategies.analysis import recognition as rec
 from strategies.analysis.gates import finish
 from strategies.analysis.legality import iterations
 from strategies.analysis.reductions import Reduction, first, reductions, with_index
@@ -66,6 +67,10 @@ class NormalLoopMaxToPrefixMax(PrefixScan):
     boundary = NEG_INF
     what = "maximum"
 
+    def recognizes(self, before, after, signature):
+        """More max statements written as a scan that reads its own previous element."""
+        return _scans(after, "max") > _scans(before, "max")
+
     def matches(self, ctx, r):
         return True
 
@@ -78,5 +83,22 @@ class NormalLoopSummationOnExpToPrefixSummationOnExp(PrefixScan):
     boundary = Num(0)
     what = "sum of exponentials"
 
+    def recognizes(self, before, after, signature):
+        """More sums of exponentials written as a scan that reads its own previous element."""
+        return _scans(after, "exp") > _scans(before, "exp")
+
     def matches(self, ctx, r):
         return any(isinstance(n, Call) and n.fn == "exp" for n in walk_expr(r.elem))
+
+
+def _scans(program: Program, fn: str) -> int:
+    """Statements that compute a `fn` (max, exp) and read their own tensor's previous element behind
+    a boundary (`if_then_else(a-1<0, boundary, X_{a-1})`)."""
+    count = 0
+    for stmt in rec.statements(program):
+        nodes = list(walk_expr(stmt.rhs))
+        if any(isinstance(n, Call) and n.fn == fn for n in nodes) and any(
+                isinstance(n, Select) and any(isinstance(x, Access) and x.tensor == stmt.lhs.tensor
+                                              for x in walk_expr(n.otherwise)) for n in nodes):
+            count += 1
+    return count

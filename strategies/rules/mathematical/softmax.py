@@ -8,9 +8,10 @@ the previous value only behind `if_then_else(a-1<0, boundary, ...)` (docs/leir.m
 from __future__ import annotations
 
 from leir.analysis import lhs_vars
-from leir.ast import Access, BinOp, Call, Loop, Neg, Nest, Num, Program, Select, Stmt, Var
+from leir.ast import Access, BinOp, Call, Loop, Neg, Nest, Num, Program, Select, Stmt, Var, accesses, walk_expr
 from leir.names import IndexNames
 from leir.printer import format_expr
+from strategies.analysis import recognition as rec
 from strategies.analysis.algebra import is_plain_index
 from strategies.analysis.gates import finish
 from strategies.analysis.legality import iterations
@@ -51,6 +52,11 @@ class OnlineSoftmax(Strategy):
     exactness = "reassociating"
     description = ("Fuse a max pass and a sum-of-exp pass into one loop with a running max and a "
                    "rescaled running sum.")
+
+    def recognizes(self, before, after, signature):
+        """A running max and a sum of exponentials rescaled by exp of a difference with that max,
+        computed in one nest (in the original, separate passes)."""
+        return _one_pass_count(after) > _one_pass_count(before)
 
     def sites(self, ctx):
         for pair in softmax_pairs(ctx):
@@ -93,6 +99,12 @@ class FlashattentionWoTiling(Strategy):
     exactness = "reassociating"
     description = ("Fold softmax(x)·V into one loop over keys: running max, rescaled running sum, and a "
                    "rescaled running output in a nested nest, normalised once at the end.")
+
+    def recognizes(self, before, after, signature):
+        """The online softmax's one pass, plus an output accumulator rescaled in the same nest."""
+        def outputs(p) -> int:  # the sum and the output accumulator, both rescaled in one pass
+            return sum(len({s.lhs.tensor for s in rescaled}) >= 2 for _, rescaled in _one_pass_nests(p))
+        return outputs(after) > outputs(before)
 
     def sites(self, ctx):
         for att in attentions(ctx):
@@ -161,3 +173,38 @@ class FlashattentionWoTiling(Strategy):
         return (f"The probabilities ({n} per row) are never written to memory and the four passes "
                 f"become one loop over the {n} keys plus a final normalisation: three passes over "
                 "the scores are saved.")
+
+
+# --- what the softmax rules recognise: a running max and the sums rescaled by it, in one nest -----
+
+def _one_pass_count(program: Program) -> int:
+    return sum(bool(rescaled) for _, rescaled in _one_pass_nests(program))
+
+
+def _one_pass_nests(program: Program) -> list[tuple[set[str], list[Stmt]]]:
+    """Per top-level nest: the running maxima it writes, and its statements rescaled by them."""
+    out = []
+    for nest in program.nests:
+        stmts = rec.statements(Program((nest,)))
+        read = {acc.tensor for s in stmts for acc in accesses(s.rhs)}
+        # a running max: written by a max and read again in the nest (directly, or through a copy
+        # of its previous value that feeds the max)
+        maxima = {s.lhs.tensor for s in stmts if _computes_max(s) and s.lhs.tensor in read}
+        rescaled = [s for s in stmts if maxima and s.lhs.tensor not in maxima and _reads_itself(s)
+                    and _rescaled_by(s, maxima)]
+        out.append((maxima, rescaled))
+    return out
+
+
+def _computes_max(stmt: Stmt) -> bool:
+    return any(isinstance(n, Call) and n.fn == "max" for n in walk_expr(stmt.rhs))
+
+
+def _reads_itself(stmt: Stmt) -> bool:
+    return any(acc.tensor == stmt.lhs.tensor for acc in accesses(stmt.rhs))
+
+
+def _rescaled_by(stmt: Stmt, maxima: set[str]) -> bool:
+    """The statement multiplies by exp(...) of a difference that reads one of `maxima`."""
+    return any(isinstance(n, Call) and n.fn == "exp" and isinstance(n.args[0], BinOp) and n.args[0].op == "-"
+               and any(acc.tensor in maxima for acc in accesses(n.args[0])) for n in walk_expr(stmt.rhs))

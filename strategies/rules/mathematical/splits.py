@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import sympy
 
-from leir.ast import Access, BinOp, Call, Nest, Num, Stmt, Var, replace_expr, walk_expr
+from leir.analysis import reduction_op
+from leir.ast import Access, BinOp, Call, Nest, Num, Stmt, Var, accesses, replace_expr, walk_expr
 from leir.printer import format_expr
+from strategies.analysis import expression_forms as forms
+from strategies.analysis import recognition as rec
 from strategies.analysis.algebra import algebra_target, unguarded_exp
 from strategies.analysis.gates import finish
 from strategies.analysis.legality import accumulated_terms, iterations
@@ -66,6 +69,10 @@ class ExponentialSplit(Strategy):
     exactness = "reassociating"
     description = ("Split exp(u+v) into exp(u)*exp(v) where v depends on fewer loops, so exp(v) can be "
                    "hoisted (e.g. exp(x-m) -> exp(x)/exp(m)).")
+
+    def recognizes(self, before, after, signature):
+        """More exponentials."""
+        return rec.calls(after, "exp") > rec.calls(before, "exp")
 
     def sites(self, ctx):
         for st in ctx.sites:
@@ -189,6 +196,24 @@ class MultiplicativeSplit(ReductionSplit):
                    "then S=f*T.")
     missing = "no factor is invariant in the reduction loop"
 
+    def recognizes(self, before, after, signature):
+        """A sum accumulation of a product `S=S+f*g` became a new sum `T=T+...` and a store of `S`
+        from `T` in fewer loops."""
+        old, new = rec.writers(before), rec.writers(after)
+        for name, sites in old.items():
+            if len(sites) != 1 or not rec.sum_accumulation(sites[0].stmt):
+                continue
+            whole = forms.accumulated_element(sites[0].stmt)
+            if whole is None or len([f for f in sympy.Mul.make_args(whole) if not f.is_Number]) < 2:
+                continue
+            for site in new.get(name, []):
+                if reduction_op(site.stmt) is not None or len(site.loops) >= len(sites[0].loops):
+                    continue
+                added = {acc.tensor for acc in accesses(site.stmt.rhs)} - set(old)
+                if any(rec.sum_accumulation(w.stmt) for t in sorted(added) for w in new.get(t, [])):
+                    return True
+        return False
+
     def parameters_of(self, r):
         tr = _translate(r)
         if tr is None:
@@ -226,6 +251,23 @@ class AdditiveSplit(ReductionSplit):
     description = ("Split a sum reduction of a sum S=S+(g+t) into S=S+g and S=S+t; a term t invariant "
                    "in the reduction loop is added once as n*t.")
     missing = "no such term"
+
+    def recognizes(self, before, after, signature):
+        """A tensor written by one sum accumulation `S=S+(g+t)` is written by two or more sum
+        accumulations, each of fewer terms."""
+        found = rec.writers(after)
+        for name, sites in rec.writers(before).items():
+            parts = found.get(name, [])
+            if len(sites) != 1 or len(parts) < 2 or not rec.sum_accumulation(sites[0].stmt):
+                continue
+            whole = forms.accumulated_element(sites[0].stmt)
+            if whole is None or len(sympy.Add.make_args(whole)) < 2 \
+                    or not all(rec.sum_accumulation(p.stmt) for p in parts):
+                continue
+            sizes = [forms.accumulated_element(p.stmt) for p in parts]
+            if all(e is not None and len(sympy.Add.make_args(e)) < len(sympy.Add.make_args(whole)) for e in sizes):
+                return True
+        return False
 
     def parameters_of(self, r):
         tr = _translate(r)
@@ -285,6 +327,24 @@ class PartiallyEquivalentThenCorrect(ReductionSplit):
                    "element y0, then correct with S=S*exp(y0-R).")
     missing = "no offset to replace"
 
+    def recognizes(self, before, after, signature):
+        """The sum `S=S+exp(y-R)` no longer reads R, and a later statement multiplies S by an
+        exponential that reads R (the correction)."""
+        old, new = rec.writers(before), rec.writers(after)
+        for name, sites in old.items():
+            if len(sites) != 1 or not rec.sum_accumulation(sites[0].stmt):
+                continue
+            offsets = _exp_reads(sites[0].stmt.rhs) - {name}
+            parts = new.get(name, [])
+            sums = [p for p in parts if rec.sum_accumulation(p.stmt) and _exp_reads(p.stmt.rhs)]
+            for r in sorted(offsets & set(old)):
+                partial = [p for p in sums if r not in _exp_reads(p.stmt.rhs)]
+                if partial and any(p.order > partial[0].order and r in _exp_reads(p.stmt.rhs)
+                                   and name in {acc.tensor for acc in accesses(p.stmt.rhs)}
+                                   and not rec.sum_accumulation(p.stmt) for p in parts):
+                    return True
+        return False
+
     def parameters_of(self, r):
         if not isinstance(r.elem, Call) or r.elem.fn != "exp":
             return
@@ -324,3 +384,8 @@ class PartiallyEquivalentThenCorrect(ReductionSplit):
         return (f"The {r.red_loop.extent}-term sum no longer reads {offset.tensor}, so it need not wait for the pass "
                 f"that computes it (the two can be fused); the correction costs one exp and one multiply per "
                 f"result ({iterations(r.spatial)} in all).")
+
+
+def _exp_reads(expr) -> set[str]:
+    """Tensors read inside the arguments of the exponentials of `expr`."""
+    return {acc.tensor for n in walk_expr(expr) if isinstance(n, Call) and n.fn == "exp" for acc in accesses(n)}

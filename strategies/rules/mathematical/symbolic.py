@@ -17,6 +17,7 @@ import sympy
 
 from leir.ast import Access, Call, Neg, walk_expr
 from leir.printer import format_expr
+from strategies.analysis import expression_forms as forms
 from strategies.analysis.algebra import Translated, atomize, identity_problem, translate, unguarded_exp
 from strategies.analysis.gates import finish
 from strategies.analysis.legality import accumulated_terms, iterations
@@ -51,6 +52,16 @@ class SympyStrategy(Strategy):
     def transform(self, tr: Translated, params: dict) -> sympy.Expr:
         raise NotImplementedError
 
+    def shows(self, e0: sympy.Expr, e1: sympy.Expr) -> bool:
+        """Whether the rewritten expression `e1` has this strategy's structural sign against `e0`
+        (the sympy forms of `strategies.analysis.expression_forms`)."""
+        raise NotImplementedError
+
+    def recognizes(self, before, after, signature):
+        """One statement's right-hand side rewritten, the programs otherwise alike, and its two sympy
+        forms showing the strategy's sign (`shows`)."""
+        return forms.shown_in_rewrites(before, after, self.shows)
+
     def check(self, ctx: Context, tr: Translated, new_expr) -> None:
         """A last legality check on the rewritten expression; raise Illegal to refuse."""
 
@@ -81,6 +92,9 @@ class SympyStrategy(Strategy):
                                      ctx.result_code))
         self.check(ctx, tr, new_expr)
         program = finish(ctx, replace_item(ctx.program, site.nest, site.path, (tr.target.rebuild(new_expr),)))
+        if not self.recognizes(ctx.program, program, ctx.signature):
+            raise Illegal(f"sympy's {self.name} only respelled the expression here (the order of its operands, "
+                          f"a constant's form, or another rewrite), which is no {self.name}")
         return Rewrite(program, self._facts(tr, after, params), self._effect(st, tr, new_expr))
 
     def _back_substituted(self, tr: Translated, after: sympy.Expr):
@@ -174,6 +188,21 @@ class Factorization(SympyStrategy):
     saves = True
     why = "Factoring shares the common factors, so fewer multiplications are needed."
 
+    def shows(self, e0, e1):
+        """A sum of the original became a product: the answer holds a new product with a sum among
+        its factors (or an integer power of a sum) that multiplies out to a sum of the original (or to
+        the numerator of one, over a common denominator), or to a constant multiple of a sum or
+        product of sums of the original (a constant factor pulled out). A product the original
+        already had, respelled (`(C+A)*0.5` as `(A+C)/2`), is not new."""
+        targets = set()
+        for s in forms.sums(e0):
+            targets.add(sympy.expand(s))
+            targets.add(sympy.expand(sympy.fraction(sympy.together(s))[0]))
+        known = forms.products_of_sums(e0)
+        new = [p for p in forms.products_of_sums(e1) if not any(forms.same_value(p, q) for q in known)]
+        return any(sympy.expand(p) in targets or any(forms.constant_multiple(p, q) for q in forms.sums(e0) + known)
+                   for p in new)
+
     def transform(self, tr, params):
         out = sympy.factor(tr.expr)
         return out if out != tr.expr else sympy.factor(tr.expr, deep=True)
@@ -186,6 +215,10 @@ class ExpandFactorization(SympyStrategy):
                    "fractions stay whole.")
     why = ("Multiplying out turns a product of sums into independent terms that can be computed, reused "
            "or vectorised separately.")
+
+    def shows(self, e0, e1):
+        """Fewer products with a sum among their factors."""
+        return len(forms.products_of_sums(e1)) < len(forms.products_of_sums(e0))
 
     def transform(self, tr, params):
         return _expand_products(tr.expr)
@@ -215,6 +248,15 @@ class Cancellation(SympyStrategy):
     saves = True
     why = "Cancelling common factors of numerator and denominator removes work and one source of rounding."
 
+    def shows(self, e0, e1):
+        """The answer is one fraction in lowest terms, and the original had a common factor (a larger
+        degree) or was a sum of fractions (sympy.cancel combines those too). Exponentials, logarithms
+        and roots are opaque atoms and must be the same on both sides."""
+        before, after = forms.rational_form(e0), forms.rational_form(e1)
+        if before is None or after is None or after[2] != before[2] or not after[1] or forms.sums_of_fractions(e1):
+            return False
+        return after[0] < before[0] or forms.sums_of_fractions(e0) > 0
+
     def transform(self, tr, params):
         return sympy.cancel(tr.expr)
 
@@ -226,6 +268,14 @@ class ExpandCancellation(SympyStrategy):
                    "denominator (the inverse of cancellation).")
     why = ("Splitting (p1+p2)/q into p1/q+p2/q exposes terms that can be simplified, hoisted or reused "
            "separately.")
+
+    def shows(self, e0, e1):
+        """More terms of a sum over one denominator that the original divides by (at least two: a
+        numerator split term by term)."""
+        known = {forms.denominator(node) for node in sympy.preorder_traversal(e0) if node.is_Mul or forms.is_den(node)}
+        known.discard(sympy.Integer(1))
+        old, new = forms.terms_over(e0), forms.terms_over(e1)
+        return any(n >= 2 and n > old[d] and d in known for d, n in new.items())
 
     def transform(self, tr, params):
         return _split_fractions(tr.expr)
@@ -255,6 +305,13 @@ class Apart(SympyStrategy):
     why = ("Partial fractions separate the part that does not depend on the chosen variable's "
            "denominator from a proper remainder, so each part can be computed or hoisted on its own.")
 
+    def shows(self, e0, e1):
+        """For some access x in a denominator, the answer is a polynomial part in x plus proper
+        fractions in x, each over a power of a single factor in x, and the original was not."""
+        candidates = {s for d in denominators(e0) for s in d.free_symbols}
+        return any(forms.apart_form(e1, x) and not forms.apart_form(e0, x)
+                   for x in sorted(candidates, key=lambda s: s.name))
+
     def parameters(self, ctx, site):
         tr = translate(ctx.sites[site.stmts[0]].stmt)
         dens = denominators(tr.expr)
@@ -278,6 +335,10 @@ class Together(SympyStrategy):
     saves = True
     why = "Over one common denominator, several divisions become a single one."
 
+    def shows(self, e0, e1):
+        """Fewer sums that add fractions, and the answer still divides."""
+        return bool(denominators(e1)) and forms.sums_of_fractions(e1) < forms.sums_of_fractions(e0)
+
     def transform(self, tr, params):
         out = sympy.together(tr.expr)
         return out if out != tr.expr else sympy.together(tr.expr, deep=True)
@@ -291,6 +352,10 @@ class Powsimp(SympyStrategy):
     saves = True
     why = "Combining powers and exponentials replaces several transcendental calls or multiplications by one."
     rational = False
+
+    def shows(self, e0, e1):
+        """Fewer products of several exponentials or of powers with one exponent."""
+        return forms.combinable(e1) < forms.combinable(e0)
 
     def transform(self, tr, params):
         return sympy.powsimp(tr.expr, deep=True, combine="all", force=False)
@@ -308,6 +373,11 @@ class ExpandPowsimp(SympyStrategy):
     why = ("Splitting exp(a+b) into exp(a)*exp(b) (or x**(a+b) into x**a*x**b) separates factors that "
            "depend on different loops, so one of them can be hoisted.")
     rational = False
+
+    def shows(self, e0, e1):
+        """More products of several exponentials or of powers with one exponent (`x**(a+b)` ->
+        `x**a*x**b` is invisible here: sympy combines equal bases itself)."""
+        return forms.combinable(e1) > forms.combinable(e0)
 
     def transform(self, tr, params):
         return sympy.expand_power_base(sympy.expand_power_exp(tr.expr), force=False)
@@ -331,6 +401,11 @@ class ExpandLog(SympyStrategy):
     why = "Splitting a logarithm of a product separates factors that can be computed or hoisted on their own."
     rational = False
 
+    def shows(self, e0, e1):
+        """More logarithms, or fewer logarithms of a product or power and none fewer in all."""
+        return forms.logs(e1) > forms.logs(e0) or (forms.logs(e1) == forms.logs(e0)
+                                                  and forms.logs_of_products(e1) < forms.logs_of_products(e0))
+
     def transform(self, tr, params):
         return sympy.expand_log(tr.expr, deep=True, force=False)
 
@@ -348,6 +423,11 @@ class Logsimp(SympyStrategy):
     why = "One logarithm of a product costs one transcendental call instead of several."
     rational = False
 
+    def shows(self, e0, e1):
+        """Fewer logarithms, or more logarithms of a product or power and none more in all."""
+        return 0 < forms.logs(e1) < forms.logs(e0) or (forms.logs(e1) == forms.logs(e0) > 0
+                                                       and forms.logs_of_products(e1) > forms.logs_of_products(e0))
+
     def transform(self, tr, params):
         return sympy.logcombine(tr.expr, force=True)
 
@@ -363,6 +443,13 @@ class Collect(SympyStrategy):
     saves = True
     why = "Collecting a common factor multiplies by it once instead of once per term."
 
+    def shows(self, e0, e1):
+        """For some access x and power k, a new product x**k*(sum) and fewer terms of sums that carry
+        the factor x**k."""
+        g0, t0 = forms.grouping(e0, e0.free_symbols)
+        g1, t1 = forms.grouping(e1, e0.free_symbols)
+        return any(g1[k] > g0[k] and t1[k] < t0[k] for k in sorted(set(g1) | set(t0), key=str))
+
     def parameters(self, ctx, site):
         yield from self.symbol_parameters(ctx, site)
 
@@ -376,6 +463,14 @@ class ExpandCollect(SympyStrategy):
     description = "Distribute one chosen access or index over the sum it multiplies (the inverse of collect)."
     why = ("Distributing the factor over the sum separates the terms, so each can be simplified or "
            "reused on its own.")
+
+    def shows(self, e0, e1):
+        """The reverse of collect: for some access x and power k that multiplied a sum, more terms of
+        sums that carry the factor x**k and no more products x**k*(sum) (distributing x over a sum
+        that holds a fraction of sums leaves one such product in place)."""
+        g0, t0 = forms.grouping(e0, e0.free_symbols)
+        g1, t1 = forms.grouping(e1, e0.free_symbols)
+        return any(0 < g0[k] and g1[k] <= g0[k] and t1[k] > t0[k] for k in sorted(g0, key=str))
 
     def parameters(self, ctx, site):
         yield from self.symbol_parameters(ctx, site)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from leir.analysis import lhs_vars, reduction_op
 from leir.ast import Access, Loop, Nest, Stmt, Var, accesses, map_stmt
 from leir.printer import format_expr
+from strategies.analysis import recognition as rec
 from strategies.analysis.legality import (
     body_statements,
     copy_without_reuse_problem,
@@ -25,6 +26,11 @@ class CacheReadWrite(Strategy):
     exactness = "exact"
     description = ("Stage a reused input block in a local cache (cache read), or accumulate a reduction in "
                    "a local register and store it once (cache write).")
+
+    def recognizes(self, before, after, signature):
+        """A new local or shared tensor."""
+        table = rec.intermediates(after, signature)
+        return any(table[name].scope in ("l", "s") for name in rec.new_intermediates(before, after, signature))
 
     def sites(self, ctx):
         for top, nest in enumerate(ctx.program.nests):

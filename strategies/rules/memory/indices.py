@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from leir.analysis import affine_form
 from leir.ast import Access, Loop, Nest, Stmt, Var, accesses, map_expr
 from leir.printer import format_expr
+from strategies.analysis import recognition as rec
 from strategies.analysis.legality import iterations, stmt_reads
 from strategies.analysis.tree import fresh_indices, fresh_tensors, replace_nests, replace_stmt, vars_in
 from strategies.base import Match, Rewrite, Site, Strategy
@@ -42,6 +43,14 @@ class PrecomputeIndices(Strategy):
     level = "memory"
     exactness = "exact"
     description = "Precompute a compound subscript into an index array (i64) read by the statement."
+
+    def recognizes(self, before, after, signature):
+        """A new integer tensor read inside a subscript."""
+        table = rec.intermediates(after, signature)
+        in_subscripts = {acc.tensor for stmt in rec.statements(after) for top in accesses(stmt.rhs)
+                         for ix in top.indices for acc in accesses(ix)}
+        return any(table[name].dtype.startswith(("i", "u")) and name in in_subscripts
+                   for name in rec.new_intermediates(before, after, signature))
 
     def sites(self, ctx):
         count = 0

@@ -8,9 +8,11 @@ import math
 from dataclasses import dataclass
 from itertools import permutations
 
-from leir.analysis import affine_form, loop_bounds
+from leir.analysis import affine_form, loop_bounds, tensor_table
 from leir.ast import Access, BinOp, Loop, Nest, Num, Program, Stmt, Var, map_stmt
 from leir.printer import format_expr
+from leir.signature import Signature
+from strategies.analysis import recognition as rec
 from strategies.analysis.legality import copy_without_reuse_problem, iterations
 from strategies.analysis.tree import fresh_indices, fresh_tensors, map_accesses, replace_nests, tensor_accesses
 from strategies.base import Context, Illegal, Match, Rewrite, Site, Strategy, refuse_unhelpful
@@ -55,6 +57,17 @@ class LayoutTransformation(Strategy):
     exactness = "exact"
     description = ("Permute the dimensions of an intermediate (a transposed storage layout), or re-lay a known "
                    "input into a new intermediate (a transposed or packed copy) that every later read uses.")
+
+    def recognizes(self, before, after, signature):
+        """An intermediate stored with its dimensions permuted (its shape, or where its dimensions
+        are equal its subscripts, permuted), or a new copy of a tensor in another layout (transposed,
+        or one dimension packed into blocks) that the program reads instead."""
+        old, new = rec.intermediates(before, signature), rec.intermediates(after, signature)
+        if any(name in old and old[name].shape and info.shape and old[name].shape != info.shape
+               and sorted(old[name].shape) == sorted(info.shape) for name, info in new.items()):
+            return True
+        return (any(rec.permuted_subscripts(before, after, name) for name in old)
+                or _relaid_copy(before, after, signature))
 
     def sites(self, ctx):
         yield from layout_sites(ctx)
@@ -250,6 +263,13 @@ class SetStorageLayout(Strategy):
     exactness = "exact"
     description = "Store a multi-dimensional intermediate as a flat buffer (row- or column-major)."
 
+    def recognizes(self, before, after, signature):
+        """An intermediate of two or more dimensions stored flat."""
+        old, new = rec.intermediates(before, signature), rec.intermediates(after, signature)
+        return any(name in old and old[name].shape and len(old[name].shape) > 1 and info.shape
+                   and len(info.shape) == 1 and math.prod(info.shape) == math.prod(old[name].shape)
+                   for name, info in new.items())
+
     def sites(self, ctx):
         for site in layout_sites(ctx):
             if all(affine_form(ix) is not None for a, s in tensor_accesses(ctx, site.tensors[0])
@@ -290,3 +310,20 @@ class SetStorageLayout(Strategy):
         effect = (f"{tensor} becomes one flat buffer of {step} elements in {layout.replace('_', '-')} order: "
                   "address arithmetic is explicit and a later pass can vectorize or pad it.")
         return Rewrite(program, facts, effect)
+
+
+def _relaid_copy(before: Program, after: Program, signature: Signature) -> bool:
+    """A new intermediate written as a plain copy of a tensor of `before`, with as many elements in
+    another shape or order, and that tensor read no more often."""
+    old, new = tensor_table(before, signature), rec.intermediates(after, signature)
+    reads_before, reads_after = rec.readers(before), rec.readers(after)
+    for stmt, src in rec.copies(after):
+        name = stmt.lhs.tensor
+        if name in old or name not in new or src.tensor not in old:
+            continue
+        shape, relaid = old[src.tensor].shape, new[name].shape
+        if shape and relaid and math.prod(shape) == math.prod(relaid) \
+                and reads_after[src.tensor] <= reads_before[src.tensor] \
+                and (tuple(shape) != tuple(relaid) or tuple(src.indices) != tuple(stmt.lhs.indices)):
+            return True
+    return False

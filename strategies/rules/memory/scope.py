@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from leir.ast import Access
+from strategies.analysis import recognition as rec
 from strategies.analysis.legality import aligned, stmt_reads
 from strategies.analysis.tree import map_accesses, tensor_accesses
 from strategies.base import Context, Rewrite, Site, Strategy, refuse
@@ -59,6 +60,11 @@ class SetStorageScope(Strategy):
     level = "memory"
     exactness = "exact"
     description = "Place an intermediate in global, shared or local memory."
+
+    def recognizes(self, before, after, signature):
+        """An intermediate in another scope."""
+        old, new = rec.intermediates(before, signature), rec.intermediates(after, signature)
+        return any(name in old and old[name].scope != info.scope for name, info in new.items())
 
     def sites(self, ctx):
         for name, info in ctx.tensors.items():

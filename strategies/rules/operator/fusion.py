@@ -2,6 +2,7 @@
 (the fusion itself, with its legality: `strategies.analysis.loops.fuse_nests`)."""
 from __future__ import annotations
 
+from strategies.analysis import recognition as rec
 from strategies.analysis.loops import common_depth, fuse_nests, fusion_effect, fusion_facts
 from strategies.analysis.tree import replace_nests
 from strategies.base import Nests, Rewrite, Site, Strategy
@@ -14,6 +15,10 @@ class LoopFusion(Strategy):
     level = "operator"
     exactness = "exact"
     description = "Fuse the common outer loops of two adjacent nests into one loop nest."
+
+    def recognizes(self, before, after, signature):
+        """Fewer top-level nests holding the same statements."""
+        return rec.fewer_nests(before, after)
 
     def sites(self, ctx):
         nests = ctx.program.nests

@@ -16,6 +16,7 @@ from itertools import product
 from leir.analysis import lhs_vars, reduction_op
 from leir.ast import FAST_OF, Call, Loop, Nest, Select, Stmt, Var, map_stmt, walk_expr
 from leir.names import BIND_PREFIXES, bind_name
+from strategies.analysis import recognition as rec
 from strategies.analysis.legality import (
     body_statements,
     carrying_loops,
@@ -117,6 +118,12 @@ class LoopReorder(Strategy):
     exactness = "exact"
     description = "Interchange two loops of a nest when no dependence is reversed."
 
+    def recognizes(self, before, after, signature):
+        """The same loops of a nest (each known by its extent and where its index is used) in another
+        order."""
+        return any(len(x.loops) == len(y.loops) and sorted(rec.roles(x)) == sorted(rec.roles(y))
+                   and rec.roles(x) != rec.roles(y) for x, y in rec.changed_nests(before, after))
+
     def sites(self, ctx):
         for top, path, nest, _ in bands(ctx.program):
             if len(self._movable(ctx, nest)) >= 2:
@@ -189,6 +196,11 @@ class LoopSplit(LoopRule):
     name = "loop_split"
     description = "Split a loop into an outer and an inner loop (v = outer*factor + inner)."
 
+    def recognizes(self, before, after, signature):
+        """One loop split into an adjacent outer and inner loop whose extents multiply to it."""
+        return any(rec.split_from(rec.extents(x), rec.extents(y), 1, adjacent=True)
+                   for x, y in rec.changed_nests(before, after))
+
     def takes(self, ctx, nest, k):
         return bool(divisors(nest.loops[k].extent))
 
@@ -214,6 +226,11 @@ class LoopSplit(LoopRule):
 class LoopTiling(LoopRule):
     name = "loop_tiling"
     description = "Tile two adjacent loops: split both and move the tile loops outside the point loops."
+
+    def recognizes(self, before, after, signature):
+        """Two loops split, both tile loops outside both point loops."""
+        return any(rec.split_from(rec.extents(x), rec.extents(y), 2, adjacent=False)
+                   for x, y in rec.changed_nests(before, after))
 
     def sites(self, ctx):  # a site per pair of adjacent loops, named by its first
         for top, path, nest, _ in bands(ctx.program):
@@ -281,6 +298,10 @@ class LoopUnrolling(LoopRule):
     name = "loop_unrolling"
     description = "Unroll a serial loop with a small extent (U)."
 
+    def recognizes(self, before, after, signature):
+        """More unrolled loops over the same extents."""
+        return rec.more_of_kind(before, after, "U")
+
     def takes(self, ctx, nest, k):
         lp = nest.loops[k]
         return lp.kind == "L" and 2 <= lp.extent <= MAX_UNROLL
@@ -312,6 +333,10 @@ class LoopParallelization(LoopRule):
     name = "loop_parallelization"
     description = "Mark a serial loop whose iterations are independent as parallel (P)."
     targets = ("llvm",)  # CPU cores; inside a CUDA kernel a P loop runs serially
+
+    def recognizes(self, before, after, signature):
+        """More parallel loops over the same extents."""
+        return rec.more_of_kind(before, after, "P")
 
     def takes(self, ctx, nest, k):
         # On the CPU a bound (B) loop is a serial loop: it can become parallel too (with an index name).
@@ -406,6 +431,15 @@ class LoopVectorization(LoopRule):
                    "`math: fast` also log and erf as `fast_log`, `fast_erf`: reassociating variants, close, "
                    "never bitwise equal).")
     targets = ("llvm",)  # SIMD lanes of the CPU; on CUDA the parallel axis is the thread binding
+
+    def recognizes(self, before, after, signature):
+        """More vector loops, as many unrolled and parallel ones, and no more bound ones than new
+        nests (each nest of the published form starts with its bound loop). The extents may change: a
+        width splits its loop first, and vector partial sums add a loop and a nest that combines them."""
+        added_nests = max(0, len(after.nests) - len(before.nests))
+        return (rec.kind_count(after, "V") > rec.kind_count(before, "V")
+                and all(rec.kind_count(after, k) == rec.kind_count(before, k) for k in "UP")
+                and rec.kind_count(after, "B") - rec.kind_count(before, "B") <= added_nests)
 
     def takes(self, ctx, nest, k):
         lp = nest.loops[k]
@@ -511,6 +545,10 @@ class LoopBinding(LoopRule):
     name = "loop_binding"
     description = "Bind a loop with independent iterations to a CUDA thread or block index (B)."
     targets = ("cuda",)  # binding only means something on a GPU
+
+    def recognizes(self, before, after, signature):
+        """More loops bound to GPU threads over the same extents."""
+        return rec.more_of_kind(before, after, "B")
 
     def takes(self, ctx, nest, k):
         return nest.loops[k].kind in ("L", "P")

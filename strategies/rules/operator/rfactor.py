@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from leir.analysis import lhs_vars, reduction_op
 from leir.ast import Stmt
+from strategies.analysis import recognition as rec
 from strategies.analysis.loops import (
     MAX_FACTORS,
     by_preference,
@@ -25,6 +26,10 @@ class ReductionFactorization(Strategy):
     exactness = "reassociating"
     description = ("Factor a reduction axis (rfactor): partial results per inner index into a new tensor, "
                    "then a second, short reduction over them.")
+
+    def recognizes(self, before, after, signature):
+        """A new intermediate (the partial results) and one more nest (the one that combines them)."""
+        return len(after.nests) == len(before.nests) + 1 and bool(rec.new_intermediates(before, after, signature))
 
     def sites(self, ctx):
         for top, nest in enumerate(ctx.program.nests):
