@@ -175,7 +175,7 @@ def _recorded_step(strategy: str, site: str | None, params: str | None) -> tuple
 
 def _strategy_rows(s, ctx, seed: int, max_: int | None, cot: bool, answer, recorded: tuple[dict, dict] | None = None):
     if recorded is not None:
-        t = s.replay(s.context_for(ctx), *recorded)
+        t = s.replay(ctx, *recorded)
         ts = [] if t is None else [t]
     else:
         ts = list(s.transformations(ctx))
@@ -185,7 +185,7 @@ def _strategy_rows(s, ctx, seed: int, max_: int | None, cot: bool, answer, recor
     for t in ts:
         row = {"strategy": t.strategy, "site": t.site.to_json(), "params": t.params, "after": t.after_text}
         if cot:
-            row["cot"] = answer(t, s.context_for(ctx))  # the CoT reasons on the target the step was made for
+            row["cot"] = answer(t, ctx)  # the CoT reasons on the target the step was made for
         yield row
 
 

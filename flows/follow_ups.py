@@ -49,18 +49,17 @@ def make_follow_ups(step: dict, program: dict, params: Params, cfg: dict) -> lis
     out: list[dict] = []
     for name in json.loads(step.get("enables") or "[]"):
         strategy = get(name)
-        at = strategy.context_for(ctx)
         made = 0
-        for site in strategy.sites(at):
+        for site in strategy.sites(ctx):
             if made >= int(cfg["per_strategy"]) or len(out) >= int(cfg["per_step"]):
                 break
             if site.nest not in nests:
                 continue
-            t = next((t for p in strategy.parameters(at, site) if (t := strategy.apply(at, site, p)) is not None),
+            t = next((t for p in strategy.parameters(ctx, site) if (t := strategy.apply(ctx, site, p)) is not None),
                      None)
             if t is not None:
                 out.append(step_row(t, step["program_id"], step["step_id"], int(step["depth"]) + 1, ctx.signature,
-                                    at))
+                                    ctx))
                 made += 1
     return out
 

@@ -70,9 +70,8 @@ def _steps_from(ctx, program_id: str, parent: str | None, depth: int, params) ->
     for strategy in registered():
         if depth > 0 and strategy.level != "mathematical" and strategy.name != "compute_inline":
             continue
-        at = strategy.context_for(ctx)
-        found.extend((t, at) for t in strategy.transformations(
-            at, limit=int(prof["max_steps_per_program_strategy"]), per_site=int(prof["max_variants_per_site"])))
+        found.extend((t, ctx) for t in strategy.transformations(
+            ctx, limit=int(prof["max_steps_per_program_strategy"]), per_site=int(prof["max_variants_per_site"])))
     state = state_steps([(t, at.target) for t, at in found])
     out, inlined = [], []
     for t, at in found:

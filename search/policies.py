@@ -24,8 +24,6 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
-from leir.analysis import statement_sites
-from leir.ast import Var
 from leir.errors import LeirError
 from leir.parse import parse_program
 from leir.validate import validate
@@ -33,57 +31,16 @@ from search.analysis import DEFAULT_MACHINE, Machine, log2_speedup
 from search.cost_model import DIVERSITY
 from search.drivers import Action, Node, Policy
 from search.macros import Macro, macro_proposals
-from strategies.base import Context, LoopAt, Site, Transformation
+from strategies.base import Context, Site, Transformation
 from strategies.cot import TASK_MULTI, TASK_SINGLE, prompt, split_answer
-from strategies.registry import LEVEL_OF, get, registered
+from strategies.registry import ALL_NAMES, get, registered
 
 POLICIES = ("library", "random", "llm")
 
-# Prior per strategy (higher first); refined per site by `prior`. Only breaks ties of the analysis.
-_BASE = {
-    "loop_parallelization": 9.0, "loop_vectorization": 8.0, "cache_read_write": 5.0, "operator_fusion": 6.5,
-    "loop_fusion": 6.5, "compute_inline": 6.5, "online_softmax": 6.0, "flashattention_wo_tiling": 6.0,
-    "loop_tiling": 5.5, "reduction_factorization": 5.0, "loop_split": 4.5, "loop_reorder": 3.0,
-    "loop_unrolling": 3.5, "precompute_indices": 3.0, "common_subexpression_elimination": 3.0,
-    "dead_code_elimination": 3.0, "layout_transformation": 2.5, "set_storage_layout": 2.0,
-    "set_storage_scope": 1.5, "loop_binding": 0.5, "expression_reorder": 0.0,
-}
-_MATH_DEFAULT = 1.0
-
-
 def prior(t: Transformation) -> float:
-    """A cheap score of how promising a transformation is on the CPU (higher first)."""
-    score = _BASE.get(t.strategy, _MATH_DEFAULT)
-    loop_index = t.site.match.loop_index if isinstance(t.site.match, LoopAt) else 0
-    depth = loop_index + len(t.site.path)
-    if t.strategy == "loop_parallelization":
-        score -= 1.5 * depth                     # outer spatial loops first
-    elif t.strategy == "cache_read_write" and "write" in t.params:
-        score += 2.0                             # an accumulator kept in a register
-    elif t.strategy in ("loop_split", "loop_tiling", "reduction_factorization") and t.params:
-        factor = t.params.get("factor") or max(t.params.get("factors", [1]))
-        score += 0.5 if factor in (4, 8, 16) else 0.0   # vector-width friendly
-        if t.strategy == "reduction_factorization" and factor in (8, 16, 32):
-            score += 1.5                         # partial results a vector loop can compute
-    elif t.strategy == "loop_vectorization" and "fast" in (t.params.get("exp"), t.params.get("math")):
-        score += 1.5                             # exp (log, erf) as vector code instead of scalar libm calls
-    elif t.strategy == "loop_reorder" and _stride_one_innermost(t):
-        score += 5.0                             # the innermost loop now walks memory contiguously
-    return score
-
-
-def _stride_one_innermost(t: Transformation) -> bool:
-    for site in statement_sites(t.after):
-        if site.nest_index == t.site.nest and site.loops:
-            last = site.stmt.lhs.indices[-1] if site.stmt.lhs.indices else None
-            if last == Var(site.loops[-1].var):
-                return True
-    return False
-
-
-# Strategies whose every parameter variant is a different schedule worth ranking (a reorder's moves,
-# a tiling's shapes): more variants per site than the default cap, the analysis orders them.
-WIDE = {"loop_reorder": (24, 12), "loop_tiling": (16, 8)}
+    """A cheap score of how promising a transformation is on the CPU (higher first): its rule's
+    `promise`. Only breaks ties of the analysis."""
+    return get(t.strategy).promise(t)
 
 
 def library_actions(ctx: Context, per_strategy: int = 12, per_site: int = 3, *, macros: bool = True,
@@ -94,7 +51,7 @@ def library_actions(ctx: Context, per_strategy: int = 12, per_site: int = 3, *, 
     machine = machine or DEFAULT_MACHINE
     out = []
     for strategy in registered():  # a strategy not offered on the context's target yields nothing
-        limit, at_site = WIDE.get(strategy.name, (per_strategy, per_site))
+        limit, at_site = strategy.search_variants or (per_strategy, per_site)
         for t in strategy.transformations(ctx, limit=max(limit, per_strategy), per_site=max(at_site, per_site)):
             out.append(Action(t.strategy, dict(t.params), t.after, t.site.to_json(), prior(t), "library", t))
     if macros:
@@ -256,7 +213,7 @@ class LlmPolicy(Policy):
                 yield action
 
     def to_action(self, ctx: Context, ir: str, strategy: str) -> tuple[Action | None, str]:
-        if strategy not in LEVEL_OF:
+        if strategy not in ALL_NAMES:
             return None, f"unknown strategy {strategy!r}"
         try:
             program = parse_program(ir)

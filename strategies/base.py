@@ -233,6 +233,15 @@ class Strategy:
     # loops only on the CPU (the CUDA lowering runs them serially inside a kernel). On any other
     # target the strategy has no transformation.
     targets: ClassVar[tuple[str, ...]] = TARGETS
+    # The strategies whose steps this one's result can make legal where they were not: what a CoT
+    # that justifies the step by a follow-up names, and what the follow-up stage tries on the result.
+    enables: ClassVar[tuple[str, ...]] = ()
+    # How promising a step of this strategy is on the CPU before anything is measured: the search's
+    # prior, higher first (`promise` adds what the step's own parameters say).
+    search_prior: ClassVar[float] = 1.0
+    # (transformations per state, variants per site) the search enumerates where more than its
+    # defaults: strategies whose every variant is a different schedule worth ranking.
+    search_variants: ClassVar[tuple[int, int] | None] = None
 
     @property
     def needs_gpu(self) -> bool:
@@ -241,11 +250,6 @@ class Strategy:
     def offered(self, ctx: Context) -> bool:
         """Whether the strategy is offered on the context's target."""
         return ctx.target in self.targets
-
-    def context_for(self, ctx: Context) -> Context:
-        """The context this strategy is enumerated in: the program's own, never a twin of another
-        target (a strategy not offered on it has no transformations there)."""
-        return ctx
 
     def sites(self, ctx: Context) -> Iterable[Site]:
         """Candidate sites, in a deterministic order (program order, outer loops first)."""
@@ -258,6 +262,10 @@ class Strategy:
     def rewrite(self, ctx: Context, site: Site, params: dict) -> Rewrite:
         """The rewritten program; raise `Illegal(reason)` when the step is not legal here."""
         raise NotImplementedError
+
+    def promise(self, t: Transformation) -> float:
+        """The search's prior of the step `t` of this strategy (higher first)."""
+        return self.search_prior
 
     def recognizes(self, before: Program, after: Program, signature: Signature) -> bool:
         """Whether `before` -> `after` shows this strategy's structural sign, in whatever spelling a

@@ -49,33 +49,6 @@ GAINS = (
     ("distance", "shortens the reuse distance"),
     ("unroll", "removes loop overhead"),
 )
-# Steps that a step which improves no figure by itself may make legal next (checked on its result).
-ENABLES = {
-    "loop_split": ("loop_vectorization", "loop_unrolling", "loop_parallelization", "loop_binding", "loop_reorder"),
-    "loop_tiling": ("loop_vectorization", "loop_unrolling", "loop_parallelization", "loop_binding",
-                    "cache_read_write"),
-    "loop_reorder": ("loop_vectorization", "loop_parallelization", "loop_unrolling", "loop_fusion",
-                     "cache_read_write", "loop_binding"),
-    "reduction_factorization": ("loop_parallelization", "loop_vectorization", "loop_binding", "loop_reorder"),
-    "operator_fission": ("loop_parallelization", "loop_vectorization", "loop_binding", "loop_reorder"),
-    "expression_splitting": ("operator_fission", "common_subexpression_elimination", "compute_inline"),
-    "expression_reorder": ("common_subexpression_elimination", "factorization", "collect"),
-    "tensor_split_to_decouple_operators": ("compute_inline", "dead_code_elimination", "operator_fusion"),
-    "layout_transformation": ("loop_vectorization", "loop_reorder", "loop_parallelization"),
-    "set_storage_layout": ("loop_vectorization",),
-    "precompute_indices": ("loop_vectorization",),
-    "exponential_split": ("multiplicative_split", "powsimp"),
-    "expand_factorization": ("collect", "cancellation", "factorization"),
-    "expand_cancellation": ("cancellation", "collect"),
-    "expand_collect": ("factorization", "cancellation"),
-    "expand_powsimp": ("multiplicative_split", "exponential_split"),
-    "expand_log": ("logsimp", "additive_split"),
-    "apart": ("additive_split", "collect"),
-    "together": ("cancellation",),
-    "normal_loop_max_to_prefix_max": ("online_softmax", "partially_equivalent_then_correct"),
-    "normal_loop_summation_on_exp_to_prefix_summation_on_exp": ("online_softmax",),
-    "partially_equivalent_then_correct": ("loop_fusion", "operator_fusion"),
-}
 
 
 def prompt(program: Program, signature: Signature, target: str = "llvm", task: str = TASK_SINGLE) -> str:
@@ -191,16 +164,14 @@ def state_steps(steps: list[tuple[Transformation, str]]) -> StateSteps:
 
 
 def enabled_next(t: Transformation, ctx: Context) -> list[str]:
-    """The steps of ENABLES[t.strategy] that are legal at the nests `t` changed in its result and
+    """The steps of the strategy's `enables` that are legal at the nests `t` changed in its result and
     were not legal at those nests before, on the same target."""
     from strategies.registry import get
 
     b_range, a_range = changed_nests(t.before, t.after)
     out = []
-    for name in ENABLES.get(t.strategy, ()):
-        strategy = get(name)
-        if strategy.context_for(ctx).target != ctx.target:
-            continue  # a move of another target is not a next step here
+    for name in get(t.strategy).enables:
+        strategy = get(name)  # one not offered on the context's target has no legal site there
         after_ctx = ctx.with_program(t.after)
         if _legal_at(strategy, after_ctx, a_range) and not _legal_at(strategy, ctx, b_range):
             out.append(name)

@@ -224,3 +224,22 @@ def _long_functions(path: Path) -> list[str]:
 def test_no_function_in_a_rule_module_is_longer_than_50_lines():
     long = [f for name in RULES for f in _long_functions(MODULES[name])]
     assert not long, long
+
+
+def test_no_table_keyed_by_strategy_name_outside_the_rules():
+    """What a strategy knows (its sign, what it enables, its prior in the search) lives in its rule
+    class; a dict literal keyed by strategy names elsewhere restates it (the registry's published
+    order aside)."""
+    from strategies.registry import ALL_NAMES
+
+    names = set(ALL_NAMES)
+    tables = []
+    for name, path in MODULES.items():
+        if name.startswith("strategies.rules") or name == "strategies.registry":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Dict):
+                keys = [k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+                if sum(k in names for k in keys) >= 2:
+                    tables.append(f"{name}:{node.lineno}")
+    assert not tables, tables

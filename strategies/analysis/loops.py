@@ -38,6 +38,12 @@ PREFERRED_FACTORS = (16, 32, 8, 4, 64, 2)
 MAX_FACTORS = 8  # divisors tried per split loop
 
 
+def vector_friendly(params: dict) -> float:
+    """The search's bonus for a split, tiling or rfactor whose (largest) factor is a vector width."""
+    factor = params.get("factor") or max(params.get("factors", [1]))
+    return 0.5 if factor in (4, 8, 16) else 0.0
+
+
 def divisors(n: int) -> list[int]:
     """Proper divisors of n (1 < d < n), ascending. Pairs up to the square root: a loop of extent 2^40
     (a fuzzed program) costs a million steps, not a trillion."""

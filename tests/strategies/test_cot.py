@@ -251,8 +251,7 @@ def state(program: str, signature, target: str = "llvm"):
     c = ctx(program, signature, target)
     found = []
     for s in registered():
-        at = s.context_for(c)
-        found.extend((t, at) for t in s.transformations(at, limit=4, per_site=2))
+        found.extend((t, c) for t in s.transformations(c, limit=4, per_site=2))
     return found, state_steps([(t, at.target) for t, at in found])
 
 

@@ -102,5 +102,5 @@ def _states(name: str) -> list[Context]:
 def test_the_rare_strategies_have_their_sites(strategy, names):
     s = get(strategy)
     missing = [n for n in names
-               if not any(next(iter(s.transformations(s.context_for(c), limit=1)), None) for c in _states(n))]
+               if not any(next(iter(s.transformations(c, limit=1)), None) for c in _states(n))]
     assert missing == []

@@ -67,6 +67,7 @@ class CommonSubexpressionElimination(Strategy):
     level = "graph"
     exactness = "exact"
     description = "Compute a repeated sub-expression once into a new tensor and read it where it recurs."
+    search_prior = 3.0
 
     def recognizes(self, before, after, signature):
         """A new intermediate (the shared value, computed once)."""

@@ -28,6 +28,7 @@ class ExpressionSplitting(Strategy):
     level = "graph"
     exactness = "exact"
     description = "Split `X = a op b` into `X = a; X = X op b` (the same operations, in two statements)."
+    enables = ("operator_fission", "common_subexpression_elimination", "compute_inline")
 
     def recognizes(self, before, after, signature):
         """More statements in as many nests."""
@@ -99,6 +100,8 @@ class ExpressionReorder(Strategy):
     exactness = "exact"
     description = ("Reorder the operands of a commutative operation, or two adjacent independent "
                    "statements or nests.")
+    enables = ("common_subexpression_elimination", "factorization", "collect")
+    search_prior = 0.0
 
     def recognizes(self, before, after, signature):
         """The same program up to the order of the operands of + and * (a chain of them, `-` read as

@@ -17,6 +17,7 @@ class OperatorFusion(Strategy):
     level = "graph"
     exactness = "exact"
     description = "Fuse a consumer nest into its producer's loops as deeply as dependences allow."
+    search_prior = 6.5
 
     def recognizes(self, before, after, signature):
         """Fewer top-level nests holding the same statements."""
@@ -55,6 +56,7 @@ class OperatorFission(Strategy):
     level = "graph"
     exactness = "exact"
     description = "Split a nest whose body does several things into two nests with the same loops."
+    enables = ("loop_parallelization", "loop_vectorization", "loop_binding", "loop_reorder")
 
     def recognizes(self, before, after, signature):
         """More top-level nests, no statement lost."""

@@ -102,6 +102,7 @@ class ComputeInline(Strategy):
     level = "graph"
     exactness = "exact"
     description = "Replace reads of an elementwise intermediate by the expression that computes it."
+    search_prior = 6.5
 
     def recognizes(self, before, after, signature):
         """An intermediate no longer written and fewer statements (inlined into every reader), or
@@ -192,6 +193,7 @@ class DeadCodeElimination(Strategy):
     level = "graph"
     exactness = "exact"
     description = "Remove the statements that compute an intermediate nothing live reads."
+    search_prior = 3.0
 
     def recognizes(self, before, after, signature):
         """Fewer statements and no new tensor."""

@@ -216,6 +216,7 @@ class TensorSplitToDecoupleOperators(Strategy):
     exactness = "exact"
     description = ("Split a tensor stacked on a leading index into one tensor per part (and a nest that "
                    "loops over the parts into one nest per part), so each consumer depends only on its part.")
+    enables = ("compute_inline", "dead_code_elimination", "operator_fusion")
 
     def recognizes(self, before, after, signature):
         """New intermediates of a shape that a stacked intermediate has with one more axis, which is

@@ -66,6 +66,7 @@ class NormalLoopMaxToPrefixMax(PrefixScan):
     op = "max"
     boundary = NEG_INF
     what = "maximum"
+    enables = ("online_softmax", "partially_equivalent_then_correct")
 
     def recognizes(self, before, after, signature):
         """More max statements written as a scan that reads its own previous element."""
@@ -82,6 +83,7 @@ class NormalLoopSummationOnExpToPrefixSummationOnExp(PrefixScan):
     op = "+"
     boundary = Num(0)
     what = "sum of exponentials"
+    enables = ("online_softmax",)
 
     def recognizes(self, before, after, signature):
         """More sums of exponentials written as a scan that reads its own previous element."""

@@ -52,6 +52,7 @@ class OnlineSoftmax(Strategy):
     exactness = "reassociating"
     description = ("Fuse a max pass and a sum-of-exp pass into one loop with a running max and a "
                    "rescaled running sum.")
+    search_prior = 6.0
 
     def recognizes(self, before, after, signature):
         """A running max and a sum of exponentials rescaled by exp of a difference with that max,
@@ -99,6 +100,7 @@ class FlashattentionWoTiling(Strategy):
     exactness = "reassociating"
     description = ("Fold softmax(x)·V into one loop over keys: running max, rescaled running sum, and a "
                    "rescaled running output in a nested nest, normalised once at the end.")
+    search_prior = 6.0
 
     def recognizes(self, before, after, signature):
         """The online softmax's one pass, plus an output accumulator rescaled in the same nest."""

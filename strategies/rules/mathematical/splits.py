@@ -69,6 +69,7 @@ class ExponentialSplit(Strategy):
     exactness = "reassociating"
     description = ("Split exp(u+v) into exp(u)*exp(v) where v depends on fewer loops, so exp(v) can be "
                    "hoisted (e.g. exp(x-m) -> exp(x)/exp(m)).")
+    enables = ("multiplicative_split", "powsimp")
 
     def recognizes(self, before, after, signature):
         """More exponentials."""
@@ -326,6 +327,7 @@ class PartiallyEquivalentThenCorrect(ReductionSplit):
     description = ("Replace the offset R of S=S+exp(y-R) (computed by an earlier pass) by the first "
                    "element y0, then correct with S=S*exp(y0-R).")
     missing = "no offset to replace"
+    enables = ("loop_fusion", "operator_fusion")
 
     def recognizes(self, before, after, signature):
         """The sum `S=S+exp(y-R)` no longer reads R, and a later statement multiplies S by an

@@ -215,6 +215,7 @@ class ExpandFactorization(SympyStrategy):
                    "fractions stay whole.")
     why = ("Multiplying out turns a product of sums into independent terms that can be computed, reused "
            "or vectorised separately.")
+    enables = ("collect", "cancellation", "factorization")
 
     def shows(self, e0, e1):
         """Fewer products with a sum among their factors."""
@@ -268,6 +269,7 @@ class ExpandCancellation(SympyStrategy):
                    "denominator (the inverse of cancellation).")
     why = ("Splitting (p1+p2)/q into p1/q+p2/q exposes terms that can be simplified, hoisted or reused "
            "separately.")
+    enables = ("cancellation", "collect")
 
     def shows(self, e0, e1):
         """More terms of a sum over one denominator that the original divides by (at least two: a
@@ -304,6 +306,7 @@ class Apart(SympyStrategy):
                    "proper fractions.")
     why = ("Partial fractions separate the part that does not depend on the chosen variable's "
            "denominator from a proper remainder, so each part can be computed or hoisted on its own.")
+    enables = ("additive_split", "collect")
 
     def shows(self, e0, e1):
         """For some access x in a denominator, the answer is a polynomial part in x plus proper
@@ -334,6 +337,7 @@ class Together(SympyStrategy):
     description = "Combine a sum of fractions over a common denominator (sympy.together)."
     saves = True
     why = "Over one common denominator, several divisions become a single one."
+    enables = ("cancellation",)
 
     def shows(self, e0, e1):
         """Fewer sums that add fractions, and the answer still divides."""
@@ -373,6 +377,7 @@ class ExpandPowsimp(SympyStrategy):
     why = ("Splitting exp(a+b) into exp(a)*exp(b) (or x**(a+b) into x**a*x**b) separates factors that "
            "depend on different loops, so one of them can be hoisted.")
     rational = False
+    enables = ("multiplicative_split", "exponential_split")
 
     def shows(self, e0, e1):
         """More products of several exponentials or of powers with one exponent (`x**(a+b)` ->
@@ -400,6 +405,7 @@ class ExpandLog(SympyStrategy):
                    "provably positive.")
     why = "Splitting a logarithm of a product separates factors that can be computed or hoisted on their own."
     rational = False
+    enables = ("logsimp", "additive_split")
 
     def shows(self, e0, e1):
         """More logarithms, or fewer logarithms of a product or power and none fewer in all."""
@@ -463,6 +469,7 @@ class ExpandCollect(SympyStrategy):
     description = "Distribute one chosen access or index over the sum it multiplies (the inverse of collect)."
     why = ("Distributing the factor over the sum separates the terms, so each can be simplified or "
            "reused on its own.")
+    enables = ("factorization", "cancellation")
 
     def shows(self, e0, e1):
         """The reverse of collect: for some access x and power k that multiplied a sum, more terms of

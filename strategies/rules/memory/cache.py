@@ -26,6 +26,11 @@ class CacheReadWrite(Strategy):
     exactness = "exact"
     description = ("Stage a reused input block in a local cache (cache read), or accumulate a reduction in "
                    "a local register and store it once (cache write).")
+    search_prior = 5.0
+
+    def promise(self, t):
+        """An accumulator kept in a register (a cache write) promises more than a staged read."""
+        return self.search_prior + (2.0 if "write" in t.params else 0.0)
 
     def recognizes(self, before, after, signature):
         """A new local or shared tensor."""

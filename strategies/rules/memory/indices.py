@@ -43,6 +43,8 @@ class PrecomputeIndices(Strategy):
     level = "memory"
     exactness = "exact"
     description = "Precompute a compound subscript into an index array (i64) read by the statement."
+    enables = ("loop_vectorization",)
+    search_prior = 3.0
 
     def recognizes(self, before, after, signature):
         """A new integer tensor read inside a subscript."""

@@ -57,6 +57,8 @@ class LayoutTransformation(Strategy):
     exactness = "exact"
     description = ("Permute the dimensions of an intermediate (a transposed storage layout), or re-lay a known "
                    "input into a new intermediate (a transposed or packed copy) that every later read uses.")
+    enables = ("loop_vectorization", "loop_reorder", "loop_parallelization")
+    search_prior = 2.5
 
     def recognizes(self, before, after, signature):
         """An intermediate stored with its dimensions permuted (its shape, or where its dimensions
@@ -262,6 +264,8 @@ class SetStorageLayout(Strategy):
     level = "memory"
     exactness = "exact"
     description = "Store a multi-dimensional intermediate as a flat buffer (row- or column-major)."
+    enables = ("loop_vectorization",)
+    search_prior = 2.0
 
     def recognizes(self, before, after, signature):
         """An intermediate of two or more dimensions stored flat."""

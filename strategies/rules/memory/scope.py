@@ -60,6 +60,7 @@ class SetStorageScope(Strategy):
     level = "memory"
     exactness = "exact"
     description = "Place an intermediate in global, shared or local memory."
+    search_prior = 1.5
 
     def recognizes(self, before, after, signature):
         """An intermediate in another scope."""

@@ -15,6 +15,7 @@ class LoopFusion(Strategy):
     level = "operator"
     exactness = "exact"
     description = "Fuse the common outer loops of two adjacent nests into one loop nest."
+    search_prior = 6.5
 
     def recognizes(self, before, after, signature):
         """Fewer top-level nests holding the same statements."""

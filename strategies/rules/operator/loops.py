@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from itertools import product
 
-from leir.analysis import lhs_vars, reduction_op
+from leir.analysis import lhs_vars, reduction_op, statement_sites
 from leir.ast import FAST_OF, Call, Loop, Nest, Select, Stmt, Var, map_stmt, walk_expr
 from leir.names import BIND_PREFIXES, bind_name
 from strategies.analysis import recognition as rec
@@ -37,6 +37,7 @@ from strategies.analysis.loops import (
     factored_facts,
     split_loop,
     statements_under,
+    vector_friendly,
 )
 from strategies.analysis.prose import loops_text
 from strategies.analysis.tree import (
@@ -117,6 +118,14 @@ class LoopReorder(Strategy):
     level = "operator"
     exactness = "exact"
     description = "Interchange two loops of a nest when no dependence is reversed."
+    enables = ("loop_vectorization", "loop_parallelization", "loop_unrolling",
+               "loop_fusion", "cache_read_write", "loop_binding")
+    search_prior = 3.0
+    search_variants = (24, 12)
+
+    def promise(self, t):
+        """A reorder that makes the innermost loop walk memory contiguously promises much more."""
+        return self.search_prior + (5.0 if _stride_one_innermost(t) else 0.0)
 
     def recognizes(self, before, after, signature):
         """The same loops of a nest (each known by its extent and where its index is used) in another
@@ -195,6 +204,11 @@ class LoopReorder(Strategy):
 class LoopSplit(LoopRule):
     name = "loop_split"
     description = "Split a loop into an outer and an inner loop (v = outer*factor + inner)."
+    enables = ("loop_vectorization", "loop_unrolling", "loop_parallelization", "loop_binding", "loop_reorder")
+    search_prior = 4.5
+
+    def promise(self, t):
+        return self.search_prior + vector_friendly(t.params)
 
     def recognizes(self, before, after, signature):
         """One loop split into an adjacent outer and inner loop whose extents multiply to it."""
@@ -226,6 +240,12 @@ class LoopSplit(LoopRule):
 class LoopTiling(LoopRule):
     name = "loop_tiling"
     description = "Tile two adjacent loops: split both and move the tile loops outside the point loops."
+    enables = ("loop_vectorization", "loop_unrolling", "loop_parallelization", "loop_binding", "cache_read_write")
+    search_prior = 5.5
+    search_variants = (16, 8)
+
+    def promise(self, t):
+        return self.search_prior + vector_friendly(t.params)
 
     def recognizes(self, before, after, signature):
         """Two loops split, both tile loops outside both point loops."""
@@ -297,6 +317,7 @@ def body_iterations(nest: Nest) -> int:
 class LoopUnrolling(LoopRule):
     name = "loop_unrolling"
     description = "Unroll a serial loop with a small extent (U)."
+    search_prior = 3.5
 
     def recognizes(self, before, after, signature):
         """More unrolled loops over the same extents."""
@@ -333,6 +354,12 @@ class LoopParallelization(LoopRule):
     name = "loop_parallelization"
     description = "Mark a serial loop whose iterations are independent as parallel (P)."
     targets = ("llvm",)  # CPU cores; inside a CUDA kernel a P loop runs serially
+    search_prior = 9.0
+
+    def promise(self, t):
+        """Outer spatial loops first."""
+        depth = (t.site.match.loop_index if isinstance(t.site.match, LoopAt) else 0) + len(t.site.path)
+        return self.search_prior - 1.5 * depth
 
     def recognizes(self, before, after, signature):
         """More parallel loops over the same extents."""
@@ -431,6 +458,12 @@ class LoopVectorization(LoopRule):
                    "`math: fast` also log and erf as `fast_log`, `fast_erf`: reassociating variants, close, "
                    "never bitwise equal).")
     targets = ("llvm",)  # SIMD lanes of the CPU; on CUDA the parallel axis is the thread binding
+    search_prior = 8.0
+
+    def promise(self, t):
+        """exp (log, erf) as vector code instead of scalar libm calls promises more."""
+        fast = "fast" in (t.params.get("exp"), t.params.get("math"))
+        return self.search_prior + (1.5 if fast else 0.0)
 
     def recognizes(self, before, after, signature):
         """More vector loops, as many unrolled and parallel ones, and no more bound ones than new
@@ -545,6 +578,7 @@ class LoopBinding(LoopRule):
     name = "loop_binding"
     description = "Bind a loop with independent iterations to a CUDA thread or block index (B)."
     targets = ("cuda",)  # binding only means something on a GPU
+    search_prior = 0.5
 
     def recognizes(self, before, after, signature):
         """More loops bound to GPU threads over the same extents."""
@@ -579,3 +613,13 @@ class LoopBinding(LoopRule):
         effect = (f"The {lp.extent} iterations of {lp.var} run on {lp.extent} GPU {kind}s ({name}) at once "
                   "instead of one after another.")
         return in_band(ctx, site, new, facts, effect)
+
+
+def _stride_one_innermost(t) -> bool:
+    """The step's nest now ends in a loop whose index is the last subscript of what it writes."""
+    for site in statement_sites(t.after):
+        if site.nest_index == t.site.nest and site.loops:
+            last = site.stmt.lhs.indices[-1] if site.stmt.lhs.indices else None
+            if last == Var(site.loops[-1].var):
+                return True
+    return False
