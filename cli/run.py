@@ -159,8 +159,8 @@ def register(app: typer.Typer) -> None:
 
         with _writer_of(lake, f"steptp stage {name}"), local_server():
             from flows.pipeline import GateFailed, run_stage
-            from flows.release import ReleaseError
             from flows.storage import StorageError
+            from flows.versions import ReleaseError
 
             try:
                 result = run_stage(name, params, lake, reports)
@@ -204,7 +204,7 @@ def register(app: typer.Typer) -> None:
                 tag: Annotated[bool, typer.Option(help="Tag the commit data-vX.Y.Z and dvc push.")] = True):
         """Gate and write release vX.Y.Z from the current lake (run the pipeline first), then tag and push."""
         _results_in(lake)
-        from flows.release import ReleaseError, parse_version
+        from flows.versions import ReleaseError, parse_version
 
         try:
             parse_version(version)

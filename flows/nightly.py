@@ -37,8 +37,8 @@ from prefect.states import Completed  # noqa: E402
 from flows.config import PARAMS, ROOT, load_params, set_param  # noqa: E402
 from flows.lake_guard import lake_lock  # noqa: E402
 from flows.params_schema import check_params  # noqa: E402
-from flows.release import SEMVER, ReleaseError, next_version, parse_version, previous_versions  # noqa: E402
 from flows.storage import SCHEDULED_RUN_LOG  # noqa: E402
+from flows.versions import SEMVER, ReleaseError, next_version, parse_version, previous_versions  # noqa: E402
 
 # The deterministic tables a release is made from (the release stage's table inputs in dvc.yaml).
 RELEASE_TABLES = ("lake/programs", "lake/steps", "lake/verifications", "lake/samples")

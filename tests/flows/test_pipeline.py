@@ -275,8 +275,8 @@ def test_changed_data_under_the_same_version_makes_a_development_release(tiny_la
     import shutil
 
     from flows.pipeline import run_stage
-    from flows.release import DEV_VERSION, ReleaseError
     from flows.storage import read_table, write_shard
+    from flows.versions import DEV_VERSION, ReleaseError
 
     root, _ = tiny_lake
     lake, reports = tmp_path / "lake", tmp_path / "reports"
@@ -317,7 +317,7 @@ def test_a_damaged_release_is_listed_as_damaged_and_never_compared_against(tiny_
     from cli.main import app
     from flows.lake_guard import release_problems
     from flows.pipeline import run_stage
-    from flows.release import ReleaseError
+    from flows.versions import ReleaseError
 
     root, _ = tiny_lake
     lake = tmp_path / "lake"

@@ -10,8 +10,14 @@ from test_filtering import tables
 
 from flows.config import load_params
 from flows.filtering import assemble_samples, select_steps
-from flows.release import ReleaseError, make_release
+from flows.release import ReleaseInputs, make_release
 from flows.storage import to_arrow
+from flows.versions import ReleaseError
+
+
+def release_of(lake, version, *inputs, development_of=None, **named):
+    """make_release with the inputs given as ReleaseInputs' fields, in order or by name."""
+    return make_release(lake, version, ReleaseInputs(*inputs, **named), development_of)
 
 
 @pytest.fixture(scope="module")
@@ -25,8 +31,8 @@ def inputs():
 
 def build(lake, inputs, version="0.1.0"):
     params, samples, steps, counters = inputs
-    return make_release(lake, version, samples, steps, params, {"success": True, "expectations_checked": 30},
-                        [c.to_json() for c in counters])
+    return release_of(lake, version, samples, steps, params, {"success": True, "expectations_checked": 30},
+                      [c.to_json() for c in counters])
 
 
 def test_release_files_and_croissant(tmp_path, inputs):
@@ -89,7 +95,7 @@ def test_release_date_comes_from_params_never_the_clock(tmp_path, inputs):
         load_params(overrides={"release": {"date": "someday"}})  # the schema refuses it before any stage
     raw = {**params.raw, "release": {**params.raw["release"], "date": "someday"}}
     with pytest.raises(ReleaseError, match="release.date"):  # and the release, given it anyway
-        make_release(tmp_path / "lake", "0.1.0", samples, steps, Params(raw, params.profile_name), {"success": True}, [])
+        release_of(tmp_path / "lake", "0.1.0", samples, steps, Params(raw, params.profile_name), {"success": True}, [])
 
 
 @pytest.mark.slow
@@ -156,7 +162,7 @@ def test_card_shows_shapes_families_dtypes_and_sizes(tmp_path, inputs):
     for i, r in enumerate(rows):  # two shape sources and two dtypes among the released programs
         r.update(dtype=("float32", "float16")[i % 2], shape_source=("model-dims", "odd-extents")[i % 3 == 0])
     kept, _ = select_steps(to_arrow("programs", rows), steps, verifs, params)
-    out = make_release(tmp_path / "lake", "0.1.0", samples, kept.select(["step_id", "program_id", "strategy",
+    out = release_of(tmp_path / "lake", "0.1.0", samples, kept.select(["step_id", "program_id", "strategy",
                                                                          "after_leir"]),
                        params, {"success": True, "expectations_checked": 30}, [c.to_json() for c in counters],
                        to_arrow("programs", rows))
@@ -170,7 +176,7 @@ def test_card_shows_shapes_families_dtypes_and_sizes(tmp_path, inputs):
     assert "`data/train.parquet` |" in card
     listed = {d["contentUrl"] for d in json.loads((out / "croissant.json").read_text())["distribution"]}
     assert "shapes.png" in listed
-    again = make_release(tmp_path / "again", "0.1.0", samples, kept.select(["step_id", "program_id", "strategy",
+    again = release_of(tmp_path / "again", "0.1.0", samples, kept.select(["step_id", "program_id", "strategy",
                                                                             "after_leir"]),
                          params, {"success": True, "expectations_checked": 30}, [c.to_json() for c in counters],
                          to_arrow("programs", rows))
@@ -188,13 +194,13 @@ def test_card_shows_shapes_families_dtypes_and_sizes(tmp_path, inputs):
     (["0.1.3"], "0.1.1", "patch", "0.1.4"),               # below the last release: never goes backwards
 ])
 def test_next_version_follows_the_policy(released, configured, policy, expected):
-    from flows.release import next_version
+    from flows.versions import next_version
 
     assert next_version(released, configured, policy) == expected
 
 
 def test_next_version_rejects_an_unknown_policy():
-    from flows.release import next_version
+    from flows.versions import next_version
 
     with pytest.raises(ReleaseError, match="version_policy must be one of patch, minor, major"):
         next_version(["0.1.0"], "0.1.0", "nightly")
@@ -214,14 +220,14 @@ def test_card_says_why_a_strategy_has_fewer_samples_than_the_minimum(tmp_path, i
         assert coverage[name]["steps"] == sum(r["strategy"] == name for r in made)
         assert coverage[name]["released"] == released.column("strategy").to_pylist().count(name)
     assert len(coverage) == 43 and coverage["powsimp"]["steps"] == 0  # registered strategies without a site too
-    out = make_release(lake, "0.1.0", samples, released, params, {"success": True}, [c.to_json() for c in counters],
+    out = release_of(lake, "0.1.0", samples, released, params, {"success": True}, [c.to_json() for c in counters],
                        coverage=list(coverage.values()))
     card = (out / "README.md").read_text()
     section = card[card.index("## Strategies with fewer than 100 samples"):]
     assert "| powsimp | 0 | 0 | 0 | 0 | no site in this profile's programs |" in section
     some = next(c for c in coverage.values() if c["steps"])
     assert f"| {some['strategy']} | {some['programs']} | {some['steps']} |" in section  # every strategy here is short
-    enough = make_release(tmp_path / "l2", "0.1.0", samples, released, params.__class__(
+    enough = release_of(tmp_path / "l2", "0.1.0", samples, released, params.__class__(
         {**params.raw, "release": {**params.release, "min_samples_per_strategy": 0}}, params.profile_name), {"success": True},
         [], coverage=list(coverage.values()))
     assert "None: every strategy with a site has at least 0" in (enough / "README.md").read_text()
@@ -233,7 +239,7 @@ def test_card_says_why_a_strategy_has_fewer_samples_than_the_minimum(tmp_path, i
     ("0.3.2", ["0.1.0"], "0.3.3-dev+0123456789ab"),
 ])
 def test_a_development_version_leads_to_the_next_patch(published, earlier, expected):
-    from flows.release import DEV_VERSION, development_version, parse_version
+    from flows.versions import DEV_VERSION, development_version, parse_version
 
     version = development_version(published, earlier, "0123456789abcdef" * 4)
     assert version == expected and DEV_VERSION.match(version)
@@ -262,7 +268,7 @@ def test_card_attributes_losses_to_the_rule_that_removed_them(tmp_path):
     write_shard(lake, "steps", "all", steps.to_pylist())
     write_shard(lake, "verifications", "all", verifs.to_pylist())
     released = kept.select(["step_id", "program_id", "strategy", "after_leir"])
-    out = make_release(lake, "0.1.0", to_arrow("samples", samples), released, params, {"success": True},
+    out = release_of(lake, "0.1.0", to_arrow("samples", samples), released, params, {"success": True},
                        [c.to_json() for c in counters], coverage=strategy_coverage(lake, released))
     card = (out / "README.md").read_text()
     section = card[card.index("## Strategies with fewer than 100 samples"):]
@@ -287,7 +293,7 @@ def test_card_names_the_test_families_limitations_and_pins_the_reports(tmp_path,
     split = {"fam0": "train", "fam1": "test", "fam2": "train"}
 
     def release(lake):
-        return make_release(lake, "0.1.0", samples, released, params, {"success": True},
+        return release_of(lake, "0.1.0", samples, released, params, {"success": True},
                             [c.to_json() for c in counters], programs, splits=split, reports=reports)
 
     out = release(tmp_path / "lake")
