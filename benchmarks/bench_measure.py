@@ -19,8 +19,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from flows.lake_queries import released_step_rows  # noqa: E402
 from flows.measure import state_groups, state_ids  # noqa: E402
-from flows.storage import read_table, released_step_rows  # noqa: E402
+from flows.storage import read_table  # noqa: E402
 from gpu_tasks.effect import step_effect  # noqa: E402
 from gpu_tasks.state_timing import StateGroupRequest, time_states_job  # noqa: E402
 

@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from flows.config import load_params  # noqa: E402
 from flows.keys import rank, stable_id  # noqa: E402
+from flows.lake_queries import released_step_rows  # noqa: E402
 from flows.measure import (  # noqa: E402
     TimingIndex,
     group_job,
@@ -32,7 +33,7 @@ from flows.measure import (  # noqa: E402
     protocol_of,
     state_groups,
 )
-from flows.storage import read_table, released_step_rows  # noqa: E402
+from flows.storage import read_table  # noqa: E402
 from gpu_tasks.effect import RESOLVED  # noqa: E402
 
 GOAL = 0.95

@@ -91,7 +91,7 @@ def evaluate_command(
 def _inputs(predictions_file, split, predictions, published, lake) -> list:
     from evaluation.inputs import lake_predictions, parse_predictions
     from evaluation.published import published_from_text
-    from flows.storage import split_sources
+    from flows.lake_queries import split_sources
 
     modes = [predictions_file is not None, split is not None or predictions is not None, published is not None]
     if sum(modes) != 1:
@@ -118,7 +118,7 @@ def _clean_ids(split: str, lake: Path) -> set | None:
     """The test split's samples without structural overlap with the train split (the `structural_overlap`
     flag of the samples table), or None for another split (a train sample's flag says the opposite: its
     structure recurs in the test split) or a lake without flags."""
-    from flows.storage import structural_overlap
+    from flows.lake_queries import structural_overlap
 
     flags = structural_overlap(lake, split)
     if split != "test" or not flags or all(v is None for v in flags.values()):

@@ -45,7 +45,7 @@ def parse_prediction(lineno: int, text: str) -> Prediction:
 def lake_predictions(sources: dict[str, tuple[object, str, str]], predictions: list[dict],
                      split: str = "test") -> list[Prediction]:
     """Predictions `{"id" or "sample_id", "response"}` scored against a lake split, given its
-    `sources` (sample_id -> (signature, original LEIR, prompt); `flows.storage.split_sources`). Ids
+    `sources` (sample_id -> (signature, original LEIR, prompt); `flows.lake_queries.split_sources`). Ids
     that are not samples of the split are `input_error`; samples of the split without a prediction
     come last, in sample order, as `missing`."""
     out, seen = [], set()

@@ -21,8 +21,9 @@ configure()
 from prefect import flow  # noqa: E402
 
 from flows.config import Params  # noqa: E402
+from flows.lake_queries import family_splits  # noqa: E402
 from flows.measure import measure_params, measuring_machine  # noqa: E402
-from flows.storage import family_splits, read_table  # noqa: E402
+from flows.storage import read_table  # noqa: E402
 from flows.tasks import say  # noqa: E402
 
 MODEL_PATH = Path("cost_model") / "model.json"

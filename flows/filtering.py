@@ -22,6 +22,7 @@ from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
 from flows.config import Params  # noqa: E402
 from flows.keys import rank, stable_id  # noqa: E402
+from flows.lake_queries import verified_sql  # noqa: E402
 from flows.storage import read_table  # noqa: E402
 from flows.tasks import group, write_table  # noqa: E402
 
@@ -252,11 +253,10 @@ def select_steps(programs: pa.Table, steps: pa.Table, verifications: pa.Table,
         JOIN verifications v ON v.step_id = s.step_id AND v.target = $target""", {"target": target})
     counters.append(RuleCount("has a verification", steps.num_rows, count("v"), "has_verification", per_strategy("v")))
     # A step of a GPU program verified on CUDA too (a GPU was present) must pass there as well.
-    run("""CREATE TEMP TABLE ok AS SELECT * FROM v
-        WHERE (status = 'exact' OR (status = 'close' AND exactness = 'reassociating'))
+    run(f"""CREATE TEMP TABLE ok AS SELECT * FROM v
+        WHERE {verified_sql("status", "exactness")}
         AND NOT EXISTS (SELECT 1 FROM verifications c WHERE c.step_id = v.step_id AND c.target <> $target
-                        AND NOT (c.status = 'exact' OR (c.status = 'close' AND v.exactness = 'reassociating')))""",
-        {"target": target})
+                        AND NOT {verified_sql("c.status", "v.exactness")})""", {"target": target})
     counters.append(RuleCount("verified (exact; close only for reassociating strategies)", count("v"), count("ok"),
                             "verified", per_strategy("ok")))
     # Where several steps give the same result, keep the one of the rarest strategy (then the seeded

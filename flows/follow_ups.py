@@ -26,7 +26,8 @@ from prefect import flow  # noqa: E402
 from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
 from flows.config import Params  # noqa: E402
-from flows.storage import read_table, released_step_rows  # noqa: E402
+from flows.lake_queries import released_step_rows  # noqa: E402
+from flows.storage import read_table  # noqa: E402
 from flows.tasks import group, run_tasks, say, shard_task, shared_pool, stage_key, write_table  # noqa: E402
 from flows.transform import program_context, step_row  # noqa: E402
 

@@ -44,7 +44,8 @@ from prefect import flow  # noqa: E402
 
 from flows.config import Params  # noqa: E402
 from flows.keys import rank, stable_id  # noqa: E402
-from flows.storage import read_table, released_step_rows, write_shard  # noqa: E402
+from flows.lake_queries import released_step_rows  # noqa: E402
+from flows.storage import read_table, write_shard  # noqa: E402
 from flows.tasks import StageProgress, say  # noqa: E402
 from gpu_tasks.effect import step_effect  # noqa: E402 (pure arithmetic: no TVM)
 

@@ -157,8 +157,9 @@ def measured_rows(lake, target: str):
     card, the chain samples' prompt and answer functions) of `lake`."""
     from pathlib import Path
 
+    from flows.lake_queries import released_step_rows
     from flows.measure import measuring_machine, passing_follow_ups, timed_on
-    from flows.storage import read_table, released_step_rows
+    from flows.storage import read_table
 
     lake = Path(lake)
     steps = read_table(lake, "steps").to_pylist()

@@ -30,8 +30,9 @@ from flows.card import card, changelog, released_shapes  # noqa: E402
 from flows.config import Params  # noqa: E402
 from flows.croissant import dataset_info, write_croissant  # noqa: E402
 from flows.lake_guard import release_problems  # noqa: E402
+from flows.lake_queries import family_splits, release_inputs, strategy_coverage  # noqa: E402
 from flows.release_configs import SPLITS, Measured, chat_table, measured_inputs, write_measured  # noqa: E402
-from flows.storage import family_splits, read_table, release_inputs, strategy_coverage  # noqa: E402
+from flows.storage import read_table  # noqa: E402
 from flows.tasks import say  # noqa: E402
 from flows.versions import (  # noqa: E402
     ReleaseError,

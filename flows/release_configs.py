@@ -11,7 +11,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from flows.storage import family_splits, read_table
+from flows.lake_queries import family_splits
+from flows.storage import read_table
 
 SPLITS = ("train", "test")
 F64, I64, STR, BOOL = pa.float64(), pa.int64(), pa.string(), pa.bool_()

@@ -26,7 +26,8 @@ configure()
 from prefect import flow  # noqa: E402
 from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
-from flows.storage import build_catalog, family_splits, read_table, release_inputs  # noqa: E402
+from flows.lake_queries import family_splits, release_inputs  # noqa: E402
+from flows.storage import build_catalog, read_table  # noqa: E402
 from strategies.registry import ALL_NAMES  # noqa: E402
 
 

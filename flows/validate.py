@@ -14,7 +14,8 @@ from prefect import flow  # noqa: E402
 from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
 from flows.config import Params  # noqa: E402
-from flows.storage import read_table, release_inputs  # noqa: E402
+from flows.lake_queries import release_inputs  # noqa: E402
+from flows.storage import read_table  # noqa: E402
 from flows.tasks import console  # noqa: E402
 
 

@@ -55,7 +55,8 @@ def test_a_steps_shard_that_schedules_a_loop_of_one_iteration_is_refused(tmp_pat
     """Issue 24: no released step parallelises, vectorises, unrolls or binds a loop of extent 1; the
     gate reads the lake's shards as the validate stage does and refuses such a shard."""
     from expectations.release_gate import check_release
-    from flows.storage import read_table, release_inputs
+    from flows.lake_queries import release_inputs
+    from flows.storage import read_table
 
     lake = tmp_path / "lake"
     params = load_params(overrides={"filter": {"multi_answer_fraction": 0.0, "test_fraction": 0.34,

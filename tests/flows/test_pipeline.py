@@ -338,9 +338,10 @@ def test_a_damaged_release_is_listed_as_damaged_and_never_compared_against(tiny_
 
 
 def test_measure_stage_times_every_released_state_once_with_five_rounds_at_least(tiny_lake):
+    from flows.lake_queries import released_step_rows
     from flows.measure import measure_params, passing_follow_ups, state_ids
     from flows.pipeline import run_stage
-    from flows.storage import read_table, released_step_rows
+    from flows.storage import read_table
 
     root, results = tiny_lake
     lake = root / "lake"
@@ -373,7 +374,8 @@ def test_measure_stage_times_every_released_state_once_with_five_rounds_at_least
 def test_release_has_the_configs_made_of_measurements(tiny_lake):
     import pyarrow.parquet as pq
 
-    from flows.storage import read_table, released_ids
+    from flows.lake_queries import released_ids
+    from flows.storage import read_table
 
     root, results = tiny_lake
     release = Path(next(r for r in results if r["stage"] == "release")["path"])

@@ -207,7 +207,8 @@ def test_next_version_rejects_an_unknown_policy():
 
 
 def test_card_says_why_a_strategy_has_fewer_samples_than_the_minimum(tmp_path, inputs):
-    from flows.storage import strategy_coverage, write_shard
+    from flows.lake_queries import strategy_coverage
+    from flows.storage import write_shard
 
     params, samples, released, counters = inputs
     programs, steps, verifs = tables()
@@ -251,7 +252,8 @@ def test_a_development_version_leads_to_the_next_patch(published, earlier, expec
 def test_card_attributes_losses_to_the_rule_that_removed_them(tmp_path):
     """Steps of one program state that give one result: de-duplication keeps one of them; the card says
     so for the strategies it removed, not that their sites are rare; a cap that kept all says it did not bind."""
-    from flows.storage import strategy_coverage, write_shard
+    from flows.lake_queries import strategy_coverage
+    from flows.storage import write_shard
 
     params = load_params(overrides={"filter": {"multi_answer_fraction": 0.0, "test_fraction": 0.34}})
     programs, steps, verifs = tables()
