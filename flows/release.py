@@ -46,7 +46,7 @@ from flows.versions import (  # noqa: E402
 @dataclass(frozen=True)
 class ReleaseInputs:
     """What a release is made of. `programs` (the released steps' programs) adds the card's shape,
-    family and dtype sections; `coverage` (flows.storage.strategy_coverage) the section on strategies
+    family and dtype sections; `coverage` (flows.lake_queries.strategy_coverage) the section on strategies
     short of samples; `measured` the configs made of measurements, the card's effect sections and
     the offline cost model; `splits` (family -> split, `lake/splits`) the card's split section;
     `reports` (the reports folder) the deterministic reports the card cites, copied into `reports/`
