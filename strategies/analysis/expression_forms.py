@@ -21,7 +21,7 @@ from sympy.core.parameters import distribute
 from leir.analysis import statement_sites
 from leir.ast import Program, Stmt
 from strategies.analysis.algebra import MAX_OPS, MAX_SYMBOLS, algebra_target, atomize
-from strategies.analysis.sympy_bridge import Bridge, Untranslatable, count_ops
+from strategies.analysis.sympy_bridge import Bridge, Untranslatable, count_ops, is_reciprocal
 
 SYMPY_ERRORS = (sympy.PolynomialError, sympy.SympifyError, NotImplementedError, ValueError, TypeError,
                 AttributeError, RecursionError, ZeroDivisionError)
@@ -81,16 +81,12 @@ def accumulated_element(stmt: Stmt) -> sympy.Expr | None:
         return None
 
 
-def is_den(f: sympy.Expr) -> bool:
-    return bool(f.is_Pow and f.exp.is_Number and f.exp < 0)
-
-
 def numerator_factors(node: sympy.Expr) -> list[sympy.Expr]:
-    return [f for f in sympy.Mul.make_args(node) if not is_den(f)]
+    return [f for f in sympy.Mul.make_args(node) if not is_reciprocal(f)]
 
 
 def denominator(term: sympy.Expr) -> sympy.Expr:
-    return sympy.Mul(*[sympy.Pow(f.base, -f.exp) for f in sympy.Mul.make_args(term) if is_den(f)])
+    return sympy.Mul(*[sympy.Pow(f.base, -f.exp) for f in sympy.Mul.make_args(term) if is_reciprocal(f)])
 
 
 def is_sum_power(f: sympy.Expr) -> bool:

@@ -157,7 +157,7 @@ class Bridge:
             else:
                 num.append(_literal(c))
         for f in sympy.Mul.make_args(rest):
-            if f.is_Pow and f.exp.is_Number and f.exp < 0:
+            if is_reciprocal(f):
                 den.append(self.from_sympy(sympy.Pow(f.base, -f.exp)))
             else:
                 num.append(self.from_sympy(f))
@@ -221,11 +221,16 @@ def count_ops(node) -> int:
     return 0
 
 
+def is_reciprocal(f: sympy.Expr) -> bool:
+    """A factor that divides: a power with a negative numeric exponent (x**-1, x**-2, x**-1/2)."""
+    return bool(f.is_Pow and f.exp.is_Number and f.exp < 0)
+
+
 def denominators(e: sympy.Expr) -> list[sympy.Expr]:
     """Bases that `e` divides by (powers with a negative exponent), in preorder."""
     out = []
     for sub in sympy.preorder_traversal(e):
-        if sub.is_Pow and sub.exp.is_Number and sub.exp < 0:
+        if is_reciprocal(sub):
             out.append(sub.base)
     return out
 

@@ -24,7 +24,7 @@ from strategies.analysis.legality import accumulated_terms, iterations
 from strategies.analysis.magnitudes import conditioning_problem, overflow_problem
 from strategies.analysis.numerics import sum_drift_problem
 from strategies.analysis.prose import plural
-from strategies.analysis.sympy_bridge import Untranslatable, count_ops, denominators, new_divisions
+from strategies.analysis.sympy_bridge import Untranslatable, count_ops, denominators, is_reciprocal, new_divisions
 from strategies.analysis.tree import replace_item
 from strategies.base import Context, Illegal, Rewrite, Site, Strategy, refuse
 from strategies.registry import get, register
@@ -231,7 +231,7 @@ def _expand_products(e: sympy.Expr) -> sympy.Expr:
     if e.is_Mul:
         num, den = [], []
         for f in e.args:
-            (den if f.is_Pow and f.exp.is_Number and f.exp < 0 else num).append(f)
+            (den if is_reciprocal(f) else num).append(f)
         n = sympy.expand(sympy.Mul(*[_expand_products(f) for f in num]), deep=False, power_base=False,
                          power_exp=False, log=False, mul=True, multinomial=True)
         d = [sympy.Pow(_expand_products(f.base), f.exp) for f in den]
@@ -274,7 +274,7 @@ class ExpandCancellation(SympyStrategy):
     def shows(self, e0, e1):
         """More terms of a sum over one denominator that the original divides by (at least two: a
         numerator split term by term)."""
-        known = {forms.denominator(node) for node in sympy.preorder_traversal(e0) if node.is_Mul or forms.is_den(node)}
+        known = {forms.denominator(node) for node in sympy.preorder_traversal(e0) if node.is_Mul or is_reciprocal(node)}
         known.discard(sympy.Integer(1))
         old, new = forms.terms_over(e0), forms.terms_over(e1)
         return any(n >= 2 and n > old[d] and d in known for d, n in new.items())
@@ -289,7 +289,7 @@ def _split_fractions(e: sympy.Expr) -> sympy.Expr:
     args = [_split_fractions(a) for a in e.args]
     e = e.func(*args)
     if e.is_Mul:
-        num = [f for f in e.args if not (f.is_Pow and f.exp.is_Number and f.exp < 0)]
+        num = [f for f in e.args if not is_reciprocal(f)]
         den = [f for f in e.args if f not in num]
         if den:
             n = sympy.expand_mul(sympy.Mul(*num), deep=False)
