@@ -51,8 +51,9 @@ def _params(profile: str | None, check: bool = True):
 
 def _results_in(lake: Path) -> None:
     """Prefect's task results (the cache a killed run resumes from) under `lake/.prefect-results`, the
-    lake this command builds, before any flow module is imported (each configures the default `lake/`
-    on import); an explicit PREFECT_LOCAL_STORAGE_PATH is kept."""
+    lake this command builds, before any flow module imports Prefect (importing the `flows` package
+    chose the default `lake/`; this replaces that choice); an explicit PREFECT_LOCAL_STORAGE_PATH is
+    kept."""
     from flows.prefect_env import configure
 
     configure(lake)

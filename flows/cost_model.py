@@ -14,17 +14,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from flows.prefect_env import configure
+from prefect import flow
 
-configure()
-
-from prefect import flow  # noqa: E402
-
-from flows.config import Params  # noqa: E402
-from flows.lake_queries import family_splits  # noqa: E402
-from flows.measure import measure_params, measuring_machine  # noqa: E402
-from flows.storage import read_table  # noqa: E402
-from flows.tasks import say  # noqa: E402
+from flows.config import Params
+from flows.lake_queries import family_splits
+from flows.measure import measure_params, measuring_machine
+from flows.storage import read_table
+from flows.tasks import say
 
 MODEL_PATH = Path("cost_model") / "model.json"
 MIN_STATES_PER_PROGRAM = 3  # a within-program correlation needs at least this many states

@@ -12,19 +12,14 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+from prefect import flow
+from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows.prefect_env import configure
-
-configure()
-
-from prefect import flow  # noqa: E402
-from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
-
-from flows.config import Params  # noqa: E402
-from flows.keys import rank, stable_id  # noqa: E402
-from flows.lake_queries import verified_sql  # noqa: E402
-from flows.storage import read_table  # noqa: E402
-from flows.tasks import group, write_table  # noqa: E402
+from flows.config import Params
+from flows.keys import rank, stable_id
+from flows.lake_queries import verified_sql
+from flows.storage import read_table
+from flows.tasks import group, write_table
 
 
 @dataclass(frozen=True)

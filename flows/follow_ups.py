@@ -18,18 +18,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from flows.prefect_env import configure
+from prefect import flow
+from prefect.task_runners import ThreadPoolTaskRunner
 
-configure()
-
-from prefect import flow  # noqa: E402
-from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
-
-from flows.config import Params  # noqa: E402
-from flows.lake_queries import released_step_rows  # noqa: E402
-from flows.storage import read_table  # noqa: E402
-from flows.tasks import group, run_tasks, say, shard_task, shared_pool, stage_key, write_table  # noqa: E402
-from flows.transform import program_context, step_row  # noqa: E402
+from flows.config import Params
+from flows.lake_queries import released_step_rows
+from flows.storage import read_table
+from flows.tasks import group, run_tasks, say, shard_task, shared_pool, stage_key, write_table
+from flows.transform import program_context, step_row
 
 DEFAULTS = {"per_strategy": 1, "per_step": 3}
 

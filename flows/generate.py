@@ -6,16 +6,12 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from flows.prefect_env import configure
+from prefect import flow
+from prefect.task_runners import ThreadPoolTaskRunner
 
-configure()
-
-from prefect import flow  # noqa: E402
-from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
-
-from flows.config import Params  # noqa: E402
-from flows.keys import in_share  # noqa: E402
-from flows.tasks import run_tasks, shard_task, shared_pool, stage_key, write_table  # noqa: E402
+from flows.config import Params
+from flows.keys import in_share
+from flows.tasks import run_tasks, shard_task, shared_pool, stage_key, write_table
 
 
 @dataclass(frozen=True)

@@ -36,18 +36,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flows.prefect_env import configure
+from prefect import flow
 
-configure()
-
-from prefect import flow  # noqa: E402
-
-from flows.config import Params  # noqa: E402
-from flows.keys import rank, stable_id  # noqa: E402
-from flows.lake_queries import released_step_rows  # noqa: E402
-from flows.storage import read_table, write_shard  # noqa: E402
-from flows.tasks import StageProgress, say  # noqa: E402
-from gpu_tasks.effect import step_effect  # noqa: E402 (pure arithmetic: no TVM)
+from flows.config import Params
+from flows.keys import rank, stable_id
+from flows.lake_queries import released_step_rows
+from flows.storage import read_table, write_shard
+from flows.tasks import StageProgress, say
+from gpu_tasks.effect import step_effect  # pure arithmetic: no TVM
 
 DEFAULTS = {"min_rounds": 5, "max_rounds": 15, "target_spread": 0.03, "min_repeat_ms": 4, "max_measure_s": 120.0,
             "timeout_s": 900.0, "unit": "nest", "whole_below_us": 5.0, "agreement_states": 200}

@@ -25,20 +25,16 @@ import time
 from pathlib import Path
 
 import yaml
+from prefect import flow, get_run_logger
+from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
+from prefect.states import Completed
 
-from flows.prefect_env import configure, dvc_env, dvc_executable, ensure_dvc
-
-configure()
-
-from prefect import flow, get_run_logger  # noqa: E402
-from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy  # noqa: E402
-from prefect.states import Completed  # noqa: E402
-
-from flows.config import PARAMS, ROOT, load_params, set_param  # noqa: E402
-from flows.lake_guard import lake_lock  # noqa: E402
-from flows.params_schema import check_params  # noqa: E402
-from flows.storage import SCHEDULED_RUN_LOG  # noqa: E402
-from flows.versions import SEMVER, ReleaseError, next_version, parse_version, previous_versions  # noqa: E402
+from flows.config import PARAMS, ROOT, load_params, set_param
+from flows.lake_guard import lake_lock
+from flows.params_schema import check_params
+from flows.prefect_env import dvc_env, dvc_executable, ensure_dvc
+from flows.storage import SCHEDULED_RUN_LOG
+from flows.versions import SEMVER, ReleaseError, next_version, parse_version, previous_versions
 
 # The deterministic tables a release is made from (the release stage's table inputs in dvc.yaml).
 RELEASE_TABLES = ("lake/programs", "lake/steps", "lake/verifications", "lake/samples")

@@ -11,27 +11,23 @@ import json
 import time
 from pathlib import Path
 
-from flows.prefect_env import configure
+from prefect import flow
+from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
-configure()
-
-from prefect import flow  # noqa: E402
-from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings  # noqa: E402
-
-from flows.config import Params  # noqa: E402
-from flows.cost_model import cost_model_flow  # noqa: E402
-from flows.filtering import filter_flow  # noqa: E402
-from flows.follow_ups import follow_ups_flow  # noqa: E402
-from flows.generate import generate_flow  # noqa: E402
-from flows.measure import measure_flow  # noqa: E402
-from flows.release import release_flow  # noqa: E402
-from flows.reports import report_flow  # noqa: E402
-from flows.search import search_flow  # noqa: E402
-from flows.tasks import console  # noqa: E402
-from flows.tokens import tokens_flow  # noqa: E402
-from flows.transform import transform_flow  # noqa: E402
-from flows.validate import GateFailed, validate_flow  # noqa: E402
-from flows.verify import verify_flow  # noqa: E402
+from flows.config import Params
+from flows.cost_model import cost_model_flow
+from flows.filtering import filter_flow
+from flows.follow_ups import follow_ups_flow
+from flows.generate import generate_flow
+from flows.measure import measure_flow
+from flows.release import release_flow
+from flows.reports import report_flow
+from flows.search import search_flow
+from flows.tasks import console
+from flows.tokens import tokens_flow
+from flows.transform import transform_flow
+from flows.validate import GateFailed, validate_flow
+from flows.verify import verify_flow
 
 __all__ = ["STAGES", "STAGE_FLOWS", "GateFailed", "gate_refusal", "run_stage", "pipeline_flow", "dask_runner",
            "PROCESS_SHARD_STAGES"]

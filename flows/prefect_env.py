@@ -1,8 +1,9 @@
 """Prefect and DVC set up offline and inside the project (Prefect 3.9, DVC 3.67).
 
-Call `configure()` before importing prefect: state lives under `.prefect/` of the project, task
-results under the lake, telemetry is off. `local_server()` runs one API server for a whole run, so
-that every stage process talks to it instead of starting (and tearing down) its own. `dvc_env()`,
+`configure()` runs when the `flows` package is imported, before any of its modules imports Prefect:
+state lives under `.prefect/` of the project, task results under the lake, telemetry is off.
+`local_server()` runs one API server for a whole run, so that every stage process talks to it
+instead of starting (and tearing down) its own. `dvc_env()`,
 `ensure_dvc()`: the environment and the repository that `dvc repro` runs in. Nothing here imports
 Prefect or DVC, so that a command that only calls dvc stays fast.
 """
@@ -20,15 +21,28 @@ from pathlib import Path
 
 from flows.config import ROOT
 
+# The settings this module chose, with their values (not the user's own): a later call for a given
+# lake may replace one that still holds the value chosen here.
+_CHOSEN: dict[str, str] = {}
+
 
 def configure(lake: Path | None = None) -> None:
-    os.environ.setdefault("PREFECT_HOME", str(ROOT / ".prefect"))
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-    os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "WARNING")
-    os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", str(Path(lake or ROOT / "lake").resolve() / ".prefect-results"))
-    os.environ.setdefault("PREFECT_RESULTS_PERSIST_BY_DEFAULT", "true")
-    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    """Prefect's settings, each unless the environment has it already. The `flows` package calls it
+    once, before any of its modules imports Prefect; a command that builds another lake calls it
+    again with that lake, first thing, so that task results go under it."""
+    _choose("PREFECT_HOME", str(ROOT / ".prefect"))
+    _choose("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    _choose("PREFECT_LOGGING_LEVEL", "WARNING")
+    _choose("PREFECT_SERVER_LOGGING_LEVEL", "WARNING")
+    _choose("PREFECT_LOCAL_STORAGE_PATH", str(Path(lake or ROOT / "lake").resolve() / ".prefect-results"),
+            replace=lake is not None)
+    _choose("PREFECT_RESULTS_PERSIST_BY_DEFAULT", "true")
+    _choose("GX_ANALYTICS_ENABLED", "false")
+
+
+def _choose(name: str, value: str, replace: bool = False) -> None:
+    if name not in os.environ or (replace and _CHOSEN.get(name) == os.environ[name]):
+        os.environ[name] = _CHOSEN[name] = value
 
 
 def die_with_parent():

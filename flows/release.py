@@ -18,23 +18,18 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from prefect import flow
+from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows.prefect_env import configure
-
-configure()
-
-from prefect import flow  # noqa: E402
-from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
-
-from flows.card import card, changelog, released_shapes  # noqa: E402
-from flows.config import Params  # noqa: E402
-from flows.croissant import dataset_info, write_croissant  # noqa: E402
-from flows.lake_guard import release_problems  # noqa: E402
-from flows.lake_queries import family_splits, release_inputs, strategy_coverage  # noqa: E402
-from flows.release_configs import SPLITS, Measured, chat_table, measured_inputs, write_measured  # noqa: E402
-from flows.storage import read_table  # noqa: E402
-from flows.tasks import say  # noqa: E402
-from flows.versions import (  # noqa: E402
+from flows.card import card, changelog, released_shapes
+from flows.config import Params
+from flows.croissant import dataset_info, write_croissant
+from flows.lake_guard import release_problems
+from flows.lake_queries import family_splits, release_inputs, strategy_coverage
+from flows.release_configs import SPLITS, Measured, chat_table, measured_inputs, write_measured
+from flows.storage import read_table
+from flows.tasks import say
+from flows.versions import (
     ReleaseError,
     development_version,
     parse_version,

@@ -18,17 +18,12 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
+from prefect import flow
+from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows.prefect_env import configure
-
-configure()
-
-from prefect import flow  # noqa: E402
-from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
-
-from flows.lake_queries import family_splits, release_inputs  # noqa: E402
-from flows.storage import build_catalog, read_table  # noqa: E402
-from strategies.registry import ALL_NAMES  # noqa: E402
+from flows.lake_queries import family_splits, release_inputs
+from flows.storage import build_catalog, read_table
+from strategies.registry import ALL_NAMES
 
 
 def build_reports(programs: pa.Table, steps: pa.Table, verifications: pa.Table, samples: pa.Table,

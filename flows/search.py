@@ -32,18 +32,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from flows.prefect_env import configure
+from prefect import flow
+from prefect.task_runners import ThreadPoolTaskRunner
 
-configure()
-
-from prefect import flow  # noqa: E402
-from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
-
-from flows.config import Params  # noqa: E402
-from flows.keys import stable_id  # noqa: E402
-from flows.storage import read_table  # noqa: E402
-from flows.tasks import run_tasks, say, shard_task, stage_key, write_table  # noqa: E402
-from flows.transform import PASSING, step_row  # noqa: E402
+from flows.config import Params
+from flows.keys import stable_id
+from flows.storage import read_table
+from flows.tasks import run_tasks, say, shard_task, stage_key, write_table
+from flows.transform import PASSING, step_row
 
 if TYPE_CHECKING:
     from leir.signature import Signature

@@ -15,15 +15,11 @@ import time
 from functools import cache
 from pathlib import Path
 
-from flows.prefect_env import configure
+from rich.console import Console
 
-configure()
-
-from rich.console import Console  # noqa: E402
-
-from flows.config import ROOT, Params  # noqa: E402
-from flows.keys import stable_id  # noqa: E402
-from flows.storage import shards, write_shard  # noqa: E402
+from flows.config import ROOT, Params
+from flows.keys import stable_id
+from flows.storage import shards, write_shard
 
 # The packages whose code decides each stage's data (as the stage's deps in dvc.yaml): a change to one
 # of them changes that stage's shard keys, and only those.

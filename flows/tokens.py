@@ -14,20 +14,15 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pyarrow as pa
+from prefect import flow
+from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows.prefect_env import configure
-
-configure()
-
-from prefect import flow  # noqa: E402
-from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
-
-from flows.config import ROOT, Params  # noqa: E402
-from flows.keys import rank  # noqa: E402
-from flows.storage import read_table  # noqa: E402
-from flows.tasks import by_family, run_tasks, shard_task, stage_key, write_table  # noqa: E402
-from flows.token_stats import (  # noqa: E402
-    TOKENIZER,  # noqa: E402
+from flows.config import ROOT, Params
+from flows.keys import rank
+from flows.storage import read_table
+from flows.tasks import by_family, run_tasks, shard_task, stage_key, write_table
+from flows.token_stats import (
+    TOKENIZER,
     State,
     build_token_report,
     program_states,

@@ -17,17 +17,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from flows.prefect_env import configure
+from prefect import flow
+from prefect.task_runners import ThreadPoolTaskRunner
 
-configure()
-
-from prefect import flow  # noqa: E402
-from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
-
-from flows.config import Params  # noqa: E402
-from flows.keys import rank, stable_id  # noqa: E402
-from flows.storage import read_table  # noqa: E402
-from flows.tasks import by_family, run_tasks, shard_task, stage_key, write_table  # noqa: E402
+from flows.config import Params
+from flows.keys import rank, stable_id
+from flows.storage import read_table
+from flows.tasks import by_family, run_tasks, shard_task, stage_key, write_table
 
 PASSING = ("exact", "close")
 

@@ -6,17 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from flows.prefect_env import configure
+from prefect import flow
+from prefect.task_runners import ThreadPoolTaskRunner
 
-configure()
-
-from prefect import flow  # noqa: E402
-from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
-
-from flows.config import Params  # noqa: E402
-from flows.lake_queries import release_inputs  # noqa: E402
-from flows.storage import read_table  # noqa: E402
-from flows.tasks import console  # noqa: E402
+from flows.config import Params
+from flows.lake_queries import release_inputs
+from flows.storage import read_table
+from flows.tasks import console
 
 
 class GateFailed(Exception):

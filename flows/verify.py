@@ -4,17 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from flows.prefect_env import configure
+from prefect import flow
+from prefect.task_runners import ThreadPoolTaskRunner
 
-configure()
-
-from prefect import flow  # noqa: E402
-from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
-
-from flows.config import Params  # noqa: E402
-from flows.keys import stable_id  # noqa: E402
-from flows.storage import RowCache, StorageError, read_table  # noqa: E402
-from flows.tasks import (  # noqa: E402
+from flows.config import Params
+from flows.keys import stable_id
+from flows.storage import RowCache, StorageError, read_table
+from flows.tasks import (
     STAGE_CODE,
     code_hash,
     group,

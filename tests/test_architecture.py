@@ -160,9 +160,12 @@ def test_only_the_pipeline_side_imports_orchestration_and_table_libraries():
 
 def test_flows_is_the_pipeline_and_the_lake_only():
     flows = [n for n in MODULES if n == "flows" or n.startswith("flows.")]
-    # 24: the schema of params.yaml (flows.params_schema) and the lake's writers (flows.lake_guard) are
-    # pipeline and lake concerns of their own, each imported by the CLI without Prefect
-    assert len(flows) <= 24, f"flows has {len(flows)} modules: {flows}"
+    # 29: the schema of params.yaml (flows.params_schema) and the lake's writers (flows.lake_guard) are
+    # pipeline and lake concerns of their own, each imported by the CLI without Prefect; the release
+    # stage is five (the stage, its card template's filler, Croissant, version rules, the measured
+    # configs' schemas) where it was one module of 800 lines; the lake's domain queries are apart from
+    # its storage (flows.lake_queries)
+    assert len(flows) <= 29, f"flows has {len(flows)} modules: {flows}"
 
 
 def test_tests_mirror_the_packages():
