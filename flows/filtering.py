@@ -156,14 +156,15 @@ def _greedy_split(families: list[str], matrix: list[list[int]], seed: int, test_
         if not closer:
             break
         hold_out(closer[0])
-    return {families[i] for i in _improve(set(test), matrix, ordered, total, most, ask, wanted)}
+    return {families[i] for i in _improve(set(test), matrix, ordered, wanted)}
 
 
-def _improve(test: set[int], matrix: list[list[int]], ordered: list[int], total: list[int], most: list[int],
-             ask: list[int], wanted: float) -> set[int]:
+def _improve(test: set[int], matrix: list[list[int]], ordered: list[int], wanted: float) -> set[int]:
     """Local search from the greedy cover, on the exact search's order of sets: the best move (add a
     family, remove one, swap one for one, two for one or one for two; in seeded-rank order) while one
     improves."""
+    total, most, ask = _limits(matrix)
+
     def key(members: set[int]) -> tuple:
         held = [sum(matrix[i][k] for i in members) for k in range(len(total))]
         share = sum(held)

@@ -25,7 +25,7 @@ from flows.config import Params
 from flows.lake_queries import released_step_rows
 from flows.storage import read_table
 from flows.tasks import group, run_tasks, say, shard_task, shared_pool, stage_key, write_table
-from flows.transform import program_context, step_row
+from flows.transform import Origin, program_context, step_row
 
 DEFAULTS = {"per_strategy": 1, "per_step": 3}
 
@@ -55,8 +55,8 @@ def make_follow_ups(step: dict, program: dict, params: Params, cfg: dict) -> lis
             t = next((t for p in strategy.parameters(ctx, site) if (t := strategy.apply(ctx, site, p)) is not None),
                      None)
             if t is not None:
-                out.append(step_row(t, step["program_id"], step["step_id"], int(step["depth"]) + 1, ctx.signature,
-                                    ctx))
+                out.append(step_row(t, Origin(step["program_id"], step["step_id"], int(step["depth"]) + 1),
+                                    ctx.signature, ctx))
                 made += 1
     return out
 

@@ -192,11 +192,24 @@ def reusable(group: StateGroup, rows: dict[tuple[str, str], dict], cfg: dict) ->
     return out
 
 
-def measure_groups(groups: list[StateGroup], existing: dict[tuple[str, str], dict], cfg: dict, target: str,
-                   lake: Path, pool, fingerprint: dict, run_id: str) -> tuple[dict, dict[str, list[dict]]]:
+@dataclass(frozen=True)
+class MeasureRun:
+    """One run of the measure stage on this machine: the lake it writes, the target it times for,
+    the stage's settings, the machine's fingerprint and the run's id."""
+
+    lake: Path
+    target: str
+    cfg: dict
+    fingerprint: dict
+    run_id: str
+
+
+def measure_groups(groups: list[StateGroup], existing: dict[tuple[str, str], dict], run: MeasureRun,
+                   pool) -> tuple[dict, dict[str, list[dict]]]:
     """Time the groups whose rows `existing` (this machine's rows on this protocol, by (state, unit))
     cannot be reused, writing each family's shard when its last group is done. Returns counts and
     the rows by family."""
+    cfg, target, lake, fingerprint, run_id = run.cfg, run.target, run.lake, run.fingerprint, run.run_id
     families = sorted({g.family for g in groups})
     rows_by_family: dict[str, list[dict]] = {f: [] for f in families}
     todo = []
@@ -244,9 +257,12 @@ def _one_per_key(rows: list[dict]) -> list[dict]:
     return list(out.values())
 
 
-def write_effects(lake: Path, rows_by_family: dict[str, list[dict]], released: list[dict], follow_ups: list[dict],
-                  steps: list[dict], programs: list[dict], machine_id: str, target: str) -> int:
-    """This machine's `effects` rows, one shard per family (`<machine id>-<family>`)."""
+def write_effects(run: MeasureRun, rows_by_family: dict[str, list[dict]], released: list[dict],
+                  follow_ups: list[dict], tables: tuple[list[dict], list[dict]]) -> int:
+    """This machine's `effects` rows, one shard per family (`<machine id>-<family>`); `tables`: the
+    lake's (steps, programs) rows."""
+    steps, programs = tables
+    lake, machine_id, target = run.lake, run.fingerprint["id"], run.target
     after_of = {s["step_id"]: s["after_program_id"] for s in steps}
     family_of = {p["program_id"]: p["family"] for p in programs}
     by_program = {p["program_id"]: p for p in programs}
@@ -256,8 +272,8 @@ def write_effects(lake: Path, rows_by_family: dict[str, list[dict]], released: l
         index = TimingIndex(rows)
         steps_here = [s for s in mine if family_of[s["program_id"]] == family]
         ids = {s["step_id"] for s in steps_here}
-        effects = effect_rows(steps_here, [f for f in follow_ups if f["parent_step_id"] in ids], after_of, index,
-                              machine_id, target, family_of)
+        effects = effect_rows(steps_here, [f for f in follow_ups if f["parent_step_id"] in ids], after_of,
+                              Timed(index, machine_id, target, family_of))
         write_shard(lake, "effects", f"{machine_id}-{family}", effects)
         n += len(effects)
     return n
@@ -295,8 +311,9 @@ def measure_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
         protocol = protocol_of(cfg)
         existing = {(r["state_id"], r["unit"]): r for r in read_table(lake, "timings").to_pylist()
                     if r["machine_id"] == fingerprint["id"] and r["target"] == target and r["protocol"] == protocol}
-        counts, rows_by_family = measure_groups(groups, existing, cfg, target, lake, pool, fingerprint, run_id)
-    effects = write_effects(lake, rows_by_family, released, follow_ups, steps, programs, fingerprint["id"], target)
+        run = MeasureRun(lake, target, cfg, fingerprint, run_id)
+        counts, rows_by_family = measure_groups(groups, existing, run, pool)
+    effects = write_effects(run, rows_by_family, released, follow_ups, (steps, programs))
     seconds = time.perf_counter() - start
     n_states = sum(len(g.states) for g in groups)
     rate = counts["states_timed"] / seconds if seconds > 0 and counts["states_timed"] else 0.0
@@ -404,28 +421,34 @@ def state_ids(step: dict, after_of: dict[str, str]) -> tuple[str, str]:
     return (step["program_id"] if parent is None else after_of[parent]), step["after_program_id"]
 
 
-def effect_rows(released: list[dict], follow_ups: list[dict], after_of: dict[str, str], index: TimingIndex,
-                machine_id: str, target: str, family_of: dict[str, str]) -> list[dict]:
+@dataclass(frozen=True)
+class Timed:
+    """One machine's timings of one target (`index`), and each program's family: what an `effects`
+    row compares and is stamped with."""
+
+    index: TimingIndex
+    machine_id: str
+    target: str
+    family_of: dict[str, str]
+
+
+def effect_rows(released: list[dict], follow_ups: list[dict], after_of: dict[str, str], timed: Timed) -> list[dict]:
     """The `effects` rows of one machine: one per released step (`kind = 'step'`: its before-state
     against its after-state) and one per passing follow-up of a released step (`kind = 'chain'`: the
     enabling step's before-state against the follow-up's after-state)."""
     before_of = {s["step_id"]: state_ids(s, after_of)[0] for s in released}
-    out = []
-    for s in released:
-        before, after = state_ids(s, after_of)
-        out.append(_effect_row(s["step_id"], "step", s, before, after, index, machine_id, target, family_of))
+    out = [_effect_row("step", s, state_ids(s, after_of), timed) for s in released]
     for f in follow_ups:
         before = before_of.get(f["parent_step_id"])
         if before is not None:
-            out.append(_effect_row(f["step_id"], "chain", f, before, f["after_program_id"], index, machine_id, target,
-                                   family_of))
+            out.append(_effect_row("chain", f, (before, f["after_program_id"]), timed))
     return sorted(out, key=lambda r: r["step_id"])
 
 
-def _effect_row(step_id: str, kind: str, step: dict, before: str, after: str, index: TimingIndex, machine_id: str,
-                target: str, family_of: dict[str, str]) -> dict:
-    c = index.compare(before, after, step_id)
-    return {"step_id": step_id, "target": target, "machine_id": machine_id, "kind": kind,
-            "program_id": step["program_id"], "family": family_of.get(step["program_id"]),
+def _effect_row(kind: str, step: dict, states: tuple[str, str], timed: Timed) -> dict:
+    before, after = states
+    c = timed.index.compare(before, after, step["step_id"])
+    return {"step_id": step["step_id"], "target": timed.target, "machine_id": timed.machine_id, "kind": kind,
+            "program_id": step["program_id"], "family": timed.family_of.get(step["program_id"]),
             "strategy": step["strategy"], "parent_step_id": step.get("parent_step_id") if kind == "chain" else None,
             "before_state_id": before, "after_state_id": after, **c.to_json()}

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 
 from flows.measure import state_ids
 
@@ -29,11 +30,23 @@ from flows.measure import state_ids
 SFT_KINDS = ("step", "chain")
 
 
-def released_effect_rows(released: list[dict], after_of: dict[str, str], effects: list[dict],
-                         follow_ups: list[dict], programs: dict[str, dict], status: dict[str, str],
-                         split: dict[str, str], machine_id: str | None, target: str) -> list[dict]:
+@dataclass(frozen=True)
+class ReleasedSteps:
+    """The released steps and what the lake says of them: each step's after-state (`after_of`, every
+    step), program (by id), verification status and split."""
+
+    steps: list[dict]
+    after_of: dict[str, str]
+    programs: dict[str, dict]
+    status: dict[str, str]
+    split: dict[str, str]
+
+
+def released_effect_rows(r: ReleasedSteps, effects: list[dict], follow_ups: list[dict], machine_id: str | None,
+                         target: str) -> list[dict]:
     """The `measured` rows (see the module docstring). `effects`: the measuring machine's rows,
-    `follow_ups`: the passing follow-ups of released steps, `status`: each step's verification."""
+    `follow_ups`: the passing follow-ups of released steps."""
+    released, after_of, programs, status, split = r.steps, r.after_of, r.programs, r.status, r.split
     step_effect = {e["step_id"]: e for e in effects if e["kind"] == "step"}
     chains: dict[str, list[tuple[dict, dict]]] = defaultdict(list)
     chain_effect = {e["step_id"]: e for e in effects if e["kind"] == "chain"}
@@ -132,22 +145,25 @@ def sft_rows(samples: list[dict], measured: list[dict], chain_prompt, chain_answ
         pays = m["chain_effect"] == "faster" and m["claim"] == "enabling"
         # a dead end is never taught: its chain of thought justifies it by follow-ups that do not pay
         if m["dead_end"] is not True and (m["effect"] == "faster" or (pays and m["effect"] != "slower")):
-            out.append(_sft_row(s["sample_id"], s["split"], s["prompt"], s["answer"], "step", [m["step_id"]],
-                                [m["strategy"]], m, m["effect"], m["speedup"], m["speedup_low"], m["speedup_high"]))
+            out.append(_sft_row(s, (s["prompt"], s["answer"]), "step", m))
         if pays:  # the chain as a whole is faster, even where its first step alone is not
-            out.append(_sft_row(f"{s['sample_id']}-chain", s["split"], chain_prompt(m), chain_answer(m), "chain",
-                                [m["step_id"], m["chain_step_id"]], [m["strategy"], m["chain_strategy"]], m,
-                                m["chain_effect"], m["chain_speedup"], m["chain_speedup_low"],
-                                m["chain_speedup_high"]))
+            out.append(_sft_row(s, (chain_prompt(m), chain_answer(m)), "chain", m))
     return sorted(out, key=lambda r: r["sample_id"])
 
 
-def _sft_row(sample_id: str, split: str, prompt: str, answer: str, kind: str, step_ids: list[str],
-             strategies: list[str], m: dict, effect: str, speedup, low, high) -> dict:
+def _sft_row(sample: dict, text: tuple[str, str], kind: str, m: dict) -> dict:
+    """One `sft` row of `sample` with (prompt, answer) `text`, for the measured row `m`: a `step`
+    (its own effect and speedup) or a `chain` (the step and its follow-up, the chain's figures)."""
+    prompt, answer = text
+    chain = kind == "chain"
+    speed = "chain_" if chain else ""
     return {"messages": [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}],
-            "sample_id": sample_id, "split": split, "kind": kind, "step_ids": json.dumps(step_ids),
-            "strategies": json.dumps(strategies), "claim": m["claim"], "effect": effect, "speedup": speedup,
-            "speedup_low": low, "speedup_high": high, "step_effect": m["effect"], "chain_effect": m["chain_effect"]}
+            "sample_id": f"{sample['sample_id']}-chain" if chain else sample["sample_id"], "split": sample["split"],
+            "kind": kind, "step_ids": json.dumps([m["step_id"], m["chain_step_id"]] if chain else [m["step_id"]]),
+            "strategies": json.dumps([m["strategy"], m["chain_strategy"]] if chain else [m["strategy"]]),
+            "claim": m["claim"], "effect": m[f"{speed}effect"], "speedup": m[f"{speed}speedup"],
+            "speedup_low": m[f"{speed}speedup_low"], "speedup_high": m[f"{speed}speedup_high"],
+            "step_effect": m["effect"], "chain_effect": m["chain_effect"]}
 
 
 # --- read from the lake: the measuring machine's effects, the chains' texts, the trajectories --------
@@ -175,7 +191,8 @@ def measured_rows(lake, target: str):
     effects = [e for e in read_table(lake, "effects").to_pylist() if e["machine_id"] == machine_id
                and e["target"] == target]
     follow_ups = passing_follow_ups(lake, released)
-    rows = released_effect_rows(released, after_of, effects, follow_ups, programs, status, split, machine_id, target)
+    rows = released_effect_rows(ReleasedSteps(released, after_of, programs, status, split), effects, follow_ups,
+                                machine_id, target)
     machine = json.loads(mine[0]["machine"]) if mine else None
     cot = {s["step_id"]: s["cot"] for s in released} | {f["step_id"]: f["cot"] for f in follow_ups}
     return rows, machine, timing_summary(mine, rows), _chain_prompt(programs), _chain_answer(cot)

@@ -26,9 +26,12 @@ from flows.storage import build_catalog, read_table
 from strategies.registry import ALL_NAMES
 
 
-def build_reports(programs: pa.Table, steps: pa.Table, verifications: pa.Table, samples: pa.Table,
-                  filter_counters: list[dict], out: Path, splits: dict[str, str] | None = None,
-                  released_steps: pa.Table | None = None, target: str = "llvm") -> dict:
+def build_reports(lake: Path, params, filter_counters: list[dict], out: Path) -> dict:
+    """The deterministic reports of `lake` under `out` (JSON figures and their plots)."""
+    programs, steps = read_table(lake, "programs"), read_table(lake, "steps")
+    verifications, samples = read_table(lake, "verifications"), read_table(lake, "samples")
+    splits, released_steps = family_splits(lake), release_inputs(lake, params)[0]
+    target = params.verify["target"]
     out.mkdir(parents=True, exist_ok=True)
     # the verify stage's target (a GPU program's step may also have a CUDA row)
     status_of = {r["step_id"]: r["status"] for r in verifications.select(["step_id", "target", "status"]).to_pylist()
@@ -379,8 +382,6 @@ def report_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
 
     params, lake, out = Params(raw, profile), Path(lake), Path(reports)
     counters = json.loads((out / "filter.json").read_text()) if (out / "filter.json").exists() else []
-    summary = build_reports(read_table(lake, "programs"), read_table(lake, "steps"),
-                            read_table(lake, "verifications"), read_table(lake, "samples"), counters, out,
-                            family_splits(lake), release_inputs(lake, params)[0], params.verify["target"])
+    summary = build_reports(lake, params, counters, out)
     build_catalog(lake)
     return {"stage": "report", **summary}

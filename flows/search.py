@@ -39,7 +39,7 @@ from flows.config import Params
 from flows.keys import stable_id
 from flows.storage import read_table
 from flows.tasks import run_tasks, say, shard_task, stage_key, write_table
-from flows.transform import PASSING, step_row
+from flows.transform import PASSING, Origin, step_row
 
 if TYPE_CHECKING:
     from leir.signature import Signature
@@ -157,7 +157,7 @@ def trajectory_rows(result: SearchResult, program_id: str, signature: Signature,
 
     steps, parent = [], None
     for depth, node in enumerate(result.trajectory):
-        row = step_row(node.action.transformation, program_id, parent, depth, signature)
+        row = step_row(node.action.transformation, Origin(program_id, parent, depth), signature)
         steps.append(row)
         parent = row["step_id"]
     step_ids = [s["step_id"] for s in steps]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 from prefect import flow
 from prefect.task_runners import ThreadPoolTaskRunner
@@ -71,7 +72,7 @@ def _steps_from(ctx, program_id: str, parent: str | None, depth: int, params) ->
     state = state_steps([(t, at.target) for t, at in found])
     out, inlined = [], []
     for t, at in found:
-        row = step_row(t, program_id, parent, depth, ctx.signature, at, state)
+        row = step_row(t, Origin(program_id, parent, depth), ctx.signature, at, state)
         out.append(row)
         if t.strategy == "compute_inline" and depth < int(prof["inline_depth"]):
             inlined.append((row, t))
@@ -93,11 +94,22 @@ def _explored(inlined: list, prof: dict, seed: int) -> list:
     return [(row, t) for row, t in inlined if row["step_id"] in ids]
 
 
-def step_row(t, program_id: str, parent: str | None, depth: int, signature, ctx=None, state=None) -> dict:
+class Origin(NamedTuple):
+    """Where a step comes from: its program, the step whose result it rewrites (None: the original)
+    and how many steps lie before it."""
+
+    program_id: str
+    parent: str | None
+    depth: int
+
+
+def step_row(t, origin: Origin, signature, ctx=None, state=None) -> dict:
     """One `steps` row; its CoT reasons on `ctx`'s target (the context `t` was enumerated in) and
     weighs the other steps of `state` (strategies.cot.StateSteps), when given."""
     from leir.canon import program_id as pid_of
     from strategies.cot import answer, reasoning
+
+    program_id, parent, depth = origin
 
     step_id = stable_id("step", program_id, parent, t.before_text, t.strategy, t.site.to_json(), t.params)
     why = reasoning(t, ctx, state)

@@ -246,3 +246,23 @@ def test_no_table_keyed_by_strategy_name_outside_the_rules():
                 if sum(k in names for k in keys) >= 2:
                     tables.append(f"{name}:{node.lineno}")
     assert not tables, tables
+
+
+MAX_FLOW_PARAMETERS = 6
+
+
+def test_no_function_in_flows_takes_more_than_six_parameters():
+    """What several values describe together is one dataclass (ReleaseInputs, MeasureRun, Timed,
+    ReleasedSteps, Origin), not a long positional list a caller can misorder."""
+    long = []
+    for name, path in MODULES.items():
+        if not name.startswith("flows"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                names = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+                count = len(names) - (names[:1] in (["self"], ["cls"])) + bool(a.vararg) + bool(a.kwarg)
+                if count > MAX_FLOW_PARAMETERS:
+                    long.append(f"{name}.{node.name}: {count}")
+    assert not long, long

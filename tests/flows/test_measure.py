@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from flows.measure import TimingIndex, choose_agreement_states, effect_rows, reusable, state_groups, state_ids
-from flows.measured import contradicts, preference_pairs, released_effect_rows, sft_rows
+from flows.measure import Timed, TimingIndex, choose_agreement_states, effect_rows, reusable, state_groups, state_ids
+from flows.measured import ReleasedSteps, contradicts, preference_pairs, released_effect_rows, sft_rows
 
 
 def step(step_id, program, before, after, after_id, parent=None, strategy="loop_split", claim="none", depth=0):
@@ -123,8 +123,8 @@ PROGRAMS = {"p1": {"program_id": "p1", "family": "gemm", "target": "llvm", "sign
 
 def measured(released, effects, follow_ups=()):
     after_of = {s["step_id"]: s["after_program_id"] for s in released}
-    return {r["step_id"]: r for r in released_effect_rows(released, after_of, effects, list(follow_ups), PROGRAMS,
-                                                          {}, {}, "m", "llvm")}
+    steps = ReleasedSteps(released, after_of, PROGRAMS, {}, {})
+    return {r["step_id"]: r for r in released_effect_rows(steps, effects, list(follow_ups), "m", "llvm")}
 
 
 def test_an_enabling_step_keeps_its_best_chain_and_a_dead_end_says_so():
@@ -206,7 +206,7 @@ def test_effect_rows_of_steps_and_chains_and_a_group_reused_only_whole_from_one_
     follow = [{**step("f1", "p1", "a1", "b1", "r1", parent="s1"), "status": "exact"}]
     rows = [row("p1", "nest", STEADY), row("q1", "nest", [99.0, 100.0, 101.0, 100.0, 99.5, 100.5]),
             row("r1", "nest", [50.0, 50.5, 49.5, 50.0, 50.2, 49.8])]
-    out = effect_rows(released, follow, {"s1": "q1"}, TimingIndex(rows), "m", "llvm", {"p1": "gemm"})
+    out = effect_rows(released, follow, {"s1": "q1"}, Timed(TimingIndex(rows), "m", "llvm", {"p1": "gemm"}))
     assert [(r["step_id"], r["kind"], r["effect"]) for r in out] == [("f1", "chain", "faster"), ("s1", "step", "neutral")]
     programs = [{"program_id": "p1", "family": "gemm", "signature": "{}", "leir": "o"}]
     [group] = state_groups(programs, released, released, follow_ups=follow)
