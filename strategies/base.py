@@ -183,7 +183,7 @@ class Rewrite:
 
     program: Program
     facts: tuple[str, ...] = ()
-    effect: str = ""
+    summary: str = ""
     exactness: str | None = None
 
 
@@ -197,7 +197,7 @@ class Transformation:
     before: Program = field(repr=False)
     after: Program = field(repr=False)
     facts: tuple[str, ...] = ()
-    effect: str = ""
+    summary: str = ""
 
     @property
     def before_text(self) -> str:
@@ -213,7 +213,7 @@ class Transformation:
     def to_json(self) -> dict:
         return {"strategy": self.strategy, "level": self.level, "exactness": self.exactness,
                 "site": self.site.to_json(), "params": self.params, "after": self.after_text,
-                "facts": list(self.facts), "effect": self.effect}
+                "facts": list(self.facts), "summary": self.summary}
 
 
 def dtype_changed(ctx: Context, program: Program) -> list[str]:
@@ -314,7 +314,7 @@ class Strategy:
         if set(EXTENSION_FNS) - set(ctx.extensions) and not set(extensions_used(rw.program)) <= set(ctx.extensions):
             return None  # outside the format the context admits
         return Transformation(self.name, self.level, exactness, site, dict(params), ctx.program,
-                              rw.program, tuple(rw.facts), rw.effect)
+                              rw.program, tuple(rw.facts), rw.summary)
 
     def replay(self, ctx: Context, site: dict, params: dict) -> Transformation | None:
         """The transformation recorded as (`site`, `params`): the site of `sites(ctx)` whose JSON is

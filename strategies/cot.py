@@ -226,7 +226,7 @@ def think(t: Transformation, ctx: Context | None = None, state: StateSteps | Non
     if why.others is not None:
         lines.extend(_options(list(why.others)))
     lines.append(_why(t, why))
-    lines.append(f"Strategy: {t.strategy} ({t.level} level). {t.effect}".rstrip())
+    lines.append(f"Strategy: {t.strategy} ({t.level} level). {t.summary}".rstrip())
     lines.append(f"Where: {t.site.describe()}.")
     if t.params:
         lines.append("Parameters: " + ", ".join(f"{k}={_param(v)}" for k, v in t.params.items()) + ".")

@@ -162,7 +162,7 @@ def fusion_facts(f: Fusion) -> tuple[str, ...]:
     return facts
 
 
-def fusion_effect(f: Fusion) -> str:
+def fusion_summary(f: Fusion) -> str:
     reuse = f"; {', '.join(f.common)} is produced and consumed in the same iteration" if f.common else ""
     return (f"One pass over {iterations(f.shared)} iterations of {', '.join(lp.var for lp in f.shared)} instead of "
             f"two{reuse}, which saves loop overhead and improves locality.")
@@ -247,7 +247,7 @@ def factored_facts(r: Factored) -> tuple[str, ...]:
             "the association of the reduction changes, so results agree within rounding")
 
 
-def factored_effect(r: Factored) -> str:
+def factored_summary(r: Factored) -> str:
     lp, f = r.loop, r.factor
     return (f"The reduction over {lp.var} ({lp.extent}) is factored into {f} partial reductions of "
             f"{lp.extent // f} terms ({r.part}), then combined: {f} independent accumulation chains instead of "

@@ -38,7 +38,7 @@ def test_the_guide_rule_recognises_its_step_and_no_other(guide):
     assert not rule.recognizes(ctx.program, ctx.program, ctx.signature)
     split = next(get("loop_split").transformations(ctx))
     assert not rule.recognizes(ctx.program, split.after, ctx.signature)
-    assert step.facts and step.effect.startswith("Loop a (extent 8)")
+    assert step.facts and step.summary.startswith("Loop a (extent 8)")
 
 
 def test_the_guide_step_verifies_exactly(guide):

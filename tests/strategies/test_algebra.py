@@ -105,7 +105,7 @@ def test_records_carry_facts_and_numbers():
     t = next(get("factorization").transformations(ctx(prog("A*A+A*C"), SIG)))
     assert t.exactness == "reassociating" and t.level == "mathematical"
     assert any("one symbol per distinct access" in f for f in t.facts)
-    assert "3 operations" in t.effect and "28 times" in t.effect
+    assert "3 operations" in t.summary and "28 times" in t.summary
 
 
 def test_the_spot_check_refuses_an_identity_it_could_not_evaluate_anywhere():

@@ -218,7 +218,7 @@ def test_the_chain_of_thought_states_the_site_parameters_and_legality_facts(name
     t = next(strategy.transformations(ctx(text, signature, target)))
     lines = think(t, ctx(text, signature, target)).splitlines()
     k = next(i for i, line in enumerate(lines) if line.startswith("Strategy: "))
-    assert lines[k].startswith(f"Strategy: {name} ({strategy.level} level). ") and lines[k].endswith(t.effect)
+    assert lines[k].startswith(f"Strategy: {name} ({strategy.level} level). ") and lines[k].endswith(t.summary)
     assert lines[k + 1] == f"Where: {where}."
     assert t.site.describe() == where
     if parameters is None:
@@ -341,9 +341,9 @@ def test_no_memory_benefit_claimed_for_a_scope_on_the_cpu():
         for t in ts:
             text = think(t, c)
             assert not any(claim in text.lower() for claim in MEMORY_CLAIMS), text
-            assert "no memory benefit" in t.effect, t.effect
+            assert "no memory benefit" in t.summary, t.summary
     gpu = ctx(ONE, S2, "cuda")
-    assert any("on chip" in t.effect for t in get("set_storage_scope").transformations(gpu))
+    assert any("on chip" in t.summary for t in get("set_storage_scope").transformations(gpu))
 
 
 # What a CoT may not say where the figures do not bear it out (also checked over a built lake, tests/flows).
@@ -375,15 +375,15 @@ def test_thoughts_splits_a_multi_answer_sample_by_option():
 
 def test_tiling_claims_cache_reuse_only_where_a_tensor_is_read_again():
     mm = next(get("loop_tiling").transformations(ctx(MM, M_SIG)))
-    assert "A, C are read again across tx or a, and the data one tile touches stays in cache" in mm.effect
+    assert "A, C are read again across tx or a, and the data one tile touches stays in cache" in mm.summary
     ew = next(get("loop_tiling").transformations(ctx(TWO, S2)))
-    assert "no tensor here is read again across tx or a, so the tiles bring no reuse by themselves" in ew.effect
-    assert "stays in cache" not in ew.effect
+    assert "no tensor here is read again across tx or a, so the tiles bring no reuse by themselves" in ew.summary
+    assert "stays in cache" not in ew.summary
 
 
 def test_a_saving_is_promised_only_where_the_operation_count_drops():
     costs_more = next(get("together").transformations(ctx(prog("A/C+C/A"), ALG)))
-    assert costs_more.effect.startswith("Here the rewritten form is not cheaper. The expression of D goes from "
+    assert costs_more.summary.startswith("Here the rewritten form is not cheaper. The expression of D goes from "
                                         "3 operations to 5")
     saves = next(get("cancellation").transformations(ctx(prog("(A*A-C*C)/(A+C)"), ALG)))
-    assert saves.effect.startswith("Cancelling common factors of numerator and denominator removes work")
+    assert saves.summary.startswith("Cancelling common factors of numerator and denominator removes work")

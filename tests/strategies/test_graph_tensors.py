@@ -222,7 +222,7 @@ def test_every_application_verifies_exact(strategy):
     bad, done = [], 0
     for name, c in cases():
         for t in get(strategy).transformations(c):
-            assert t.facts and t.effect
+            assert t.facts and t.summary
             problems = validate(t.after, c.signature)
             status = "invalid" if problems else verify_pair(t.before, t.after, c.signature).status
             if status != "exact":

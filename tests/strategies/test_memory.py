@@ -57,7 +57,7 @@ def test_cache_write_tile_golden_register_blocking():
         "L^{2}_{g=0}L^{2}_{h=0}[L^{2}_{tx=0}V^{4}_{a=0}[E^{f64,l}_{tx,a}=0;];"
         "L^{6}_{c=0}L^{2}_{tx=0}V^{4}_{a=0}[E^{f64,l}_{tx,a}=E^{f64,l}_{tx,a}+A^{f64,g}_{g*2+tx,c}*C^{f64,g}_{c,h*4+a};];"
         "L^{2}_{tx=0}V^{4}_{a=0}[D^{f64,g}_{g*2+tx,h*4+a}=E^{f64,l}_{tx,a};];];")
-    assert "register blocking" in t.effect and t.exactness == "exact"
+    assert "register blocking" in t.summary and t.exactness == "exact"
 
 
 def test_cache_write_tile_refusals():

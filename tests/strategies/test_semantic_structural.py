@@ -108,11 +108,11 @@ def test_every_strategy_has_a_site_on_the_examples_or_after_one_step(strategy):
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_enumeration_is_deterministic_and_every_record_has_facts_and_effect(strategy):
+def test_enumeration_is_deterministic_and_every_record_has_facts_and_summary(strategy):
     st = get(strategy)
     for _, ctx in contexts("cuda" if strategy == "loop_binding" else "llvm"):
         first = [(t.site, t.params_json(), t.after_text) for t in st.transformations(ctx)]
         again = [(t.site, t.params_json(), t.after_text) for t in st.transformations(ctx.with_program(ctx.program))]
         assert first == again
         for t in st.transformations(ctx):
-            assert t.facts and t.effect, (strategy, t.params)
+            assert t.facts and t.summary, (strategy, t.params)

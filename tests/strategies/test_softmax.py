@@ -126,7 +126,7 @@ def test_records_are_complete():
     c = ctx(SOFTMAX, SIG)
     for name in ("online_softmax", "normal_loop_max_to_prefix_max", "partially_equivalent_then_correct"):
         t = next(get(name).transformations(c))
-        assert t.facts and t.effect and t.level == "mathematical"
+        assert t.facts and t.summary and t.level == "mathematical"
 
 
 def test_the_max_shift_of_a_softmax_over_a_matmul_is_never_dropped():

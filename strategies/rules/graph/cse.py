@@ -89,7 +89,7 @@ class CommonSubexpressionElimination(Strategy):
             new_stmt = Stmt(s.stmt.lhs, replace_value(s.stmt.rhs, e, t))
             program = replace_stmt(program, s, *((Stmt(t, e), new_stmt) if s is first else (new_stmt,)))
         count = sum(sum(1 for n in value_subexprs(s.stmt.rhs) if n == e) for s in stmts)
-        return Rewrite(program, self._facts(e, stmts, index, t, count), self._effect(e, t, count))
+        return Rewrite(program, self._facts(e, stmts, index, t, count), self._summary(e, t, count))
 
     def _shared_index(self, e, stmts: tuple[StmtSite, ...]) -> list[str]:
         """The loops the stored value is indexed by (those it uses, and the non-serial ones), which
@@ -129,6 +129,6 @@ class CommonSubexpressionElimination(Strategy):
                 f"{t.tensor}{'_{' + ','.join(index) + '}' if index else ''} holds the value each use needs",
                 f"the value is stored in its own dtype ({stmts[0].stmt.lhs.dtype}), as it was computed before")
 
-    def _effect(self, e, t, count) -> str:
+    def _summary(self, e, t, count) -> str:
         return (f"{format_expr(e)} is computed once per element into {t.tensor} and read {count} times, "
                 f"saving {count - 1} recomputation{'s' if count > 2 else ''} per element.")

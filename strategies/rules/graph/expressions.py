@@ -56,9 +56,9 @@ class ExpressionSplitting(Strategy):
                  f"the right operand {format_expr(rhs.rhs)} does not read {x.tensor}",
                  "the operations and their order are unchanged, and the stored value has the dtype it is "
                  "computed in, so the result is the same")
-        effect = (f"Statement {s.order + 1} is split at its top-level '{rhs.op}': each part is a smaller "
+        summary = (f"Statement {s.order + 1} is split at its top-level '{rhs.op}': each part is a smaller "
                   "expression that later steps (fission, caching, scheduling) can treat separately.")
-        return Rewrite(program, facts, effect)
+        return Rewrite(program, facts, summary)
 
 
 # --- expression_reorder ------------------------------------------------------------------------------
@@ -131,9 +131,9 @@ class ExpressionReorder(Strategy):
             raise Illegal(f"{where} are not independent: {'; '.join(deps)}")
         facts = (f"{where} share no tensor that either writes: no true, anti or output dependence between them",
                  "so neither can observe the other's effects, in any order")
-        effect = (f"Swapping {where} changes the order of independent work, which can bring a producer and "
+        summary = (f"Swapping {where} changes the order of independent work, which can bring a producer and "
                   "its consumer together for a later fusion.")
-        return Rewrite(program, facts, effect)
+        return Rewrite(program, facts, summary)
 
     def _nests(self, ctx, site):
         a, b = ctx.program.nests[site.nest], ctx.program.nests[site.nest + 1]
@@ -161,9 +161,9 @@ class ExpressionReorder(Strategy):
         facts = (f"'{e.op if isinstance(e, BinOp) else e.fn}' is commutative in floating point (IEEE 754 "
                  "results do not depend on the operand order)",
                  "the accumulator form of the statement is unchanged, so its initialisation is too")
-        effect = (f"Statement {s.order + 1} evaluates {format_expr(swapped)} instead of {format_expr(e)}: a "
+        summary = (f"Statement {s.order + 1} evaluates {format_expr(swapped)} instead of {format_expr(e)}: a "
                   "canonical operand order exposes common sub-expressions and matching patterns.")
-        return Rewrite(program, facts, effect)
+        return Rewrite(program, facts, summary)
 
 
 # --- what expression_reorder recognises: a program up to the order of operands and items ----------

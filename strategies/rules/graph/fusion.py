@@ -41,10 +41,10 @@ class OperatorFusion(Strategy):
             program = replace_nests(ctx.program, site.nest, 2, (fusion.nest,))
             produced = ", ".join(site.tensors)
             facts = fusion_facts(fusion) + (f"{depth} is the deepest fusion the dependences on {produced} allow",)
-            return Rewrite(program, facts, self._effect(produced, depth), fusion.exactness)
+            return Rewrite(program, facts, self._summary(produced, depth), fusion.exactness)
         raise Illegal(f"every fusion depth would reverse a dependence on {', '.join(site.tensors)}")
 
-    def _effect(self, produced: str, depth: int) -> str:
+    def _summary(self, produced: str, depth: int) -> str:
         return (f"The producer of {produced} and its consumer run in one loop nest over "
                 f"{depth} shared loop{'s' if depth > 1 else ''}: {produced} is consumed right after it is "
                 "produced, while it is still in cache, and one pass over memory disappears.")
@@ -82,7 +82,7 @@ class OperatorFission(Strategy):
         program = replace_item(ctx.program, site.nest, site.path, (head, tail))
         contracted = contracted_products(first, second)
         return Rewrite(program, self._facts(dependence_names(first, second), contracted),
-                       self._effect(nest, i), "reassociating" if contracted else None)
+                       self._summary(nest, i), "reassociating" if contracted else None)
 
     def _facts(self, deps: list[str], contracted: list[str]) -> tuple[str, ...]:
         facts = ((f"the two parts meet only at the same iteration ({'; '.join(deps)}), and the first part "
@@ -94,7 +94,7 @@ class OperatorFission(Strategy):
                              "twice, so the results agree within rounding, not bit for bit",)
         return facts
 
-    def _effect(self, nest: Nest, i: int) -> str:
+    def _summary(self, nest: Nest, i: int) -> str:
         rest = len(nest.body) - i
         return (f"The nest over {', '.join(f'{lp.var}:{lp.extent}' for lp in nest.loops)} is distributed into "
                 f"two nests ({i} and {rest} body item{'s' if rest > 1 else ''}): each "

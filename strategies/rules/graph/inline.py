@@ -144,7 +144,7 @@ class ComputeInline(Strategy):
         if removed:
             program = remove_items(program, [site_key(w)])
         check_inits(ctx, program, positions_without(ctx, [w.order] if removed else []))
-        return Rewrite(program, self._facts(tensor, w, chosen), self._effect(tensor, w, chosen, removed))
+        return Rewrite(program, self._facts(tensor, w, chosen), self._summary(tensor, w, chosen, removed))
 
     def _facts(self, tensor, w, chosen) -> tuple[str, ...]:
         targets = ", ".join(str(r.order + 1) for r in chosen)
@@ -154,7 +154,7 @@ class ComputeInline(Strategy):
                 f"{'s' if len(chosen) > 1 else ''} {targets} gives the same values, in the same dtype "
                 f"({w.stmt.lhs.dtype})")
 
-    def _effect(self, tensor, w, chosen, removed) -> str:
+    def _summary(self, tensor, w, chosen, removed) -> str:
         targets = ", ".join(str(r.order + 1) for r in chosen)
         tail = (f"the producer nest and the {iterations(w.loops)}-element intermediate disappear" if removed else
                 "the producer stays for its other readers until it is dead")
@@ -222,14 +222,14 @@ class DeadCodeElimination(Strategy):
             raise Illegal("nothing to remove")
         program = remove_items(ctx.program, [site_key(s) for s in gone])
         names = ", ".join(sorted(doomed, key=list(ctx.tensors).index))
-        return Rewrite(program, self._facts(names, len(doomed)), self._effect(names, gone))
+        return Rewrite(program, self._facts(names, len(doomed)), self._summary(names, gone))
 
     def _facts(self, names: str, count: int) -> tuple[str, ...]:
         return (f"{names} {'is' if count == 1 else 'are'} not known tensors (not in the signature)",
                 f"no statement that contributes to the output reads {names}",
                 "the removed statements write nothing else, so every remaining statement sees the same values")
 
-    def _effect(self, names: str, gone: list[StmtSite]) -> str:
+    def _summary(self, names: str, gone: list[StmtSite]) -> str:
         work = sum(iterations(s.loops) for s in gone)
         orders = ", ".join(str(s.order + 1) for s in gone)
         return (f"Removing {len(gone)} statement{'s' if len(gone) > 1 else ''} ({orders}) "

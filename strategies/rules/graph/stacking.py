@@ -101,7 +101,7 @@ class TensorConcatToFuseOperators(Strategy):
         program = map_accesses(program, {o: (lambda a, k=k: stacked(result, a, Num(k))) for k, o in enumerate(outs)})
         self._check_inits(ctx, program, outs, result, operands, form)
         return Rewrite(program, self._facts(ctx, parts, outs, result, operands, form),
-                       self._effect(anchor, parts, outs, result, form))
+                       self._summary(anchor, parts, outs, result, form))
 
     def _parts(self, ctx: Context, parts: list[int], form: str) -> list[Stmt]:
         """The parts' statements in the first part's loop variables; Illegal where they cannot be
@@ -176,7 +176,7 @@ class TensorConcatToFuseOperators(Strategy):
                          "plain stores, so interleaving them per iteration changes no value")
         return tuple(facts)
 
-    def _effect(self, anchor, parts, outs, result, form):
+    def _summary(self, anchor, parts, outs, result, form):
         work = iterations(anchor.loops)
         k = len(parts)
         if form == "stacked_operands":
@@ -278,7 +278,7 @@ class TensorSplitToDecoupleOperators(Strategy):
         if old_others != new_others or new_own != old_own * pieces:  # the loop form: one writer per part now
             raise Illegal("a reduction would gain or lose its implicit initialisation")
         readers = sorted({o for o, a, w in all_accesses(work, tensor) if not w})
-        return Rewrite(program, tuple(facts + self._facts(tensor, new)), self._effect(tensor, new, readers, loop_form))
+        return Rewrite(program, tuple(facts + self._facts(tensor, new)), self._summary(tensor, new, readers, loop_form))
 
     def _unroll(self, ctx, site, tensor) -> tuple[Context, list[str], int]:
         """The program with the loop over the parts replaced by one nest per part (literal leading
@@ -306,7 +306,7 @@ class TensorSplitToDecoupleOperators(Strategy):
                 "no access changes its element, only the tensor that holds it; reductions keep their "
                 "implicit initialisation"]
 
-    def _effect(self, tensor: str, new: dict[int, str], readers: list[int], loop_form: bool) -> str:
+    def _summary(self, tensor: str, new: dict[int, str], readers: list[int], loop_form: bool) -> str:
         also = "one nest per part and " if loop_form else ""
         plural = "s" if len(readers) != 1 else ""
         return (f"{tensor} is split into {also}{len(new)} separate tensor{'s' if len(new) > 1 else ''} "

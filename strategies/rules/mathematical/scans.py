@@ -41,7 +41,7 @@ class PrefixScan(Strategy):
         scan = Stmt(cur, Call("max", (carried, r.elem)) if self.op == "max" else BinOp("+", carried, r.elem))
         nest = Nest(r.nest.loops, (scan, Stmt(r.acc, cur)))
         program = finish(ctx, replace_item(ctx.program, r.index, (), (nest,)), same_inits=False)
-        return Rewrite(program, self._facts(r, h), self._effect(r, h))
+        return Rewrite(program, self._facts(r, h), self._summary(r, h))
 
     def _facts(self, r: Reduction, h: str) -> tuple[str, ...]:
         n = r.red_loop.extent
@@ -52,7 +52,7 @@ class PrefixScan(Strategy):
                 "so every reader of it sees the same value",
                 f"{h} is a fresh intermediate; {r.var} stays a serial loop (the scan carries a dependence)")
 
-    def _effect(self, r: Reduction, h: str) -> str:
+    def _summary(self, r: Reduction, h: str) -> str:
         n, spatial = r.red_loop.extent, iterations(r.spatial)
         return (f"Every prefix {self.what} is kept in {h} ({spatial}x{n} values), which the "
                 "online-softmax derivation needs: later steps can rescale by the running value instead "

@@ -74,7 +74,7 @@ class OnlineSoftmax(Strategy):
         nests[sm.index] = Nest(mx.nest.loops, (old_max, new_max, new_sum))
         del nests[mx.index]
         program = finish(ctx, Program(tuple(nests)), same_inits=False)
-        return Rewrite(program, self._facts(pair, h), self._effect(pair))
+        return Rewrite(program, self._facts(pair, h), self._summary(pair))
 
     def _facts(self, pair: SoftmaxPair, h: str) -> tuple[str, ...]:
         mx, sm = pair.mx, pair.sm
@@ -87,7 +87,7 @@ class OnlineSoftmax(Strategy):
                 "no nest in between reads or writes them or writes what x reads",
                 f"{mx.var} stays serial: the running values carry a dependence")
 
-    def _effect(self, pair: SoftmaxPair) -> str:
+    def _summary(self, pair: SoftmaxPair) -> str:
         return (f"One pass over the {pair.mx.red_loop.extent} inputs per row instead of two: x is read and exp "
                 "evaluated in the same loop that finds the maximum, at the cost of one extra exp and multiply per "
                 "element.")
@@ -130,7 +130,7 @@ class FlashattentionWoTiling(Strategy):
         for k in sorted((mx.index, pair.sm.index), reverse=True):
             del nests[k]
         program = finish(ctx, Program(tuple(nests)), same_inits=False)
-        return Rewrite(program, self._facts(att, h, acc_name, iterations(inner)), self._effect(att))
+        return Rewrite(program, self._facts(att, h, acc_name, iterations(inner)), self._summary(att))
 
     def _fold(self, ctx, att: Attention, h: str, acc_name: str) -> tuple[Nest, Nest, list[Loop]]:
         """(the one loop over keys with the running max, sum and output, the final normalisation, the
@@ -170,7 +170,7 @@ class FlashattentionWoTiling(Strategy):
                 "no nest in between touches the tensors involved",
                 f"{mx.var} stays serial (running values); the {plural(columns, 'value column')} loop is nested inside")
 
-    def _effect(self, att: Attention) -> str:
+    def _summary(self, att: Attention) -> str:
         n = att.pair.mx.red_loop.extent
         return (f"The probabilities ({n} per row) are never written to memory and the four passes "
                 f"become one loop over the {n} keys plus a final normalisation: three passes over "

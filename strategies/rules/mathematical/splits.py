@@ -128,7 +128,7 @@ class ExponentialSplit(Strategy):
         stmt = target.rebuild(replace_nth_exp(target.expr, k, new))
         program = finish(ctx, replace_item(ctx.program, site.nest, site.path, (stmt,)))
         inner = sorted(loops_of(bridge, arg) - loops_of(bridge, t))
-        return Rewrite(program, self._facts(params["term"], inner), self._effect(params["term"], inner, st))
+        return Rewrite(program, self._facts(params["term"], inner), self._summary(params["term"], inner, st))
 
     def _facts(self, term: str, inner: list[str]) -> tuple[str, ...]:
         return (f"exp(u+v) = exp(u)*exp(v) for real u, v; the split-off term {term} does not "
@@ -136,7 +136,7 @@ class ExponentialSplit(Strategy):
                 "one symbol per distinct access, so terms of different elements are never merged",
                 "the inputs of the verifier stay far from exp overflow; very wide ranges may overflow exp(u)")
 
-    def _effect(self, term: str, inner: list[str], st) -> str:
+    def _summary(self, term: str, inner: list[str], st) -> str:
         return (f"The factor exp({term}) no longer depends on {', '.join(inner)}, so a later "
                 f"step can hoist it out of that loop (it is evaluated {iterations(st.loops)} times now).")
 
@@ -241,9 +241,9 @@ class MultiplicativeSplit(ReductionSplit):
                  f"so sum over {r.var} of f*g = f * (sum over {r.var} of g)",
                  f"{name} is a fresh sum with implicit initialisation 0; {r.acc.tensor} is written once "
                  "afterwards, so its readers see the same value")
-        effect = (f"The invariant factor is applied once per result instead of {n} times: "
+        summary = (f"The invariant factor is applied once per result instead of {n} times: "
                   f"{(n - 1) * iterations(r.spatial)} fewer multiplications in all.")
-        return Rewrite(program, facts, effect)
+        return Rewrite(program, facts, summary)
 
 
 @register
@@ -302,7 +302,7 @@ class AdditiveSplit(ReductionSplit):
         program = self.two_nests(ctx, r, Nest(r.nest.loops, (Stmt(r.acc, BinOp("+", r.acc, g)),)),
                                  Nest(r.spatial if invariant else r.nest.loops,
                                       (Stmt(r.acc, BinOp("-" if neg else "+", r.acc, tail)),)))
-        return Rewrite(program, self._facts(r, params["term"], invariant), self._effect(r, invariant))
+        return Rewrite(program, self._facts(r, params["term"], invariant), self._summary(r, invariant))
 
     def _facts(self, r: Reduction, term: str, invariant: bool) -> tuple[str, ...]:
         facts = (f"sum over {r.var} of (g+t) = sum of g + sum of t, t = {term}",
@@ -313,7 +313,7 @@ class AdditiveSplit(ReductionSplit):
             facts += (f"t does not depend on {r.var}: its {n} equal terms are added once as {n}*t",)
         return facts
 
-    def _effect(self, r: Reduction, invariant: bool) -> str:
+    def _summary(self, r: Reduction, invariant: bool) -> str:
         n = r.red_loop.extent
         if invariant:
             return (f"The invariant term is added once per result instead of {n} times: "
@@ -370,7 +370,7 @@ class PartiallyEquivalentThenCorrect(ReductionSplit):
         first = Nest(r.nest.loops, (Stmt(r.acc, BinOp("+", r.acc, Call("exp", (BinOp("-", y_leir, y0),)))),))
         fix = Nest(r.spatial, (Stmt(r.acc, BinOp("*", r.acc, Call("exp", (BinOp("-", y0, offset),)))),))
         program = self.two_nests(ctx, r, first, fix)
-        return Rewrite(program, self._facts(r, offset, y0), self._effect(r, offset))
+        return Rewrite(program, self._facts(r, offset, y0), self._summary(r, offset))
 
     def _facts(self, r: Reduction, offset, y0) -> tuple[str, ...]:
         o = format_expr(offset)
@@ -382,7 +382,7 @@ class PartiallyEquivalentThenCorrect(ReductionSplit):
                 "exp(y-y0) stays finite as long as the values of one row span less than ~700 "
                 "(float64) or ~88 (float32)")
 
-    def _effect(self, r: Reduction, offset) -> str:
+    def _summary(self, r: Reduction, offset) -> str:
         return (f"The {r.red_loop.extent}-term sum no longer reads {offset.tensor}, so it need not wait for the pass "
                 f"that computes it (the two can be fused); the correction costs one exp and one multiply per "
                 f"result ({iterations(r.spatial)} in all).")

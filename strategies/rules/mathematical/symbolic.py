@@ -95,7 +95,7 @@ class SympyStrategy(Strategy):
         if not self.recognizes(ctx.program, program, ctx.signature):
             raise Illegal(f"sympy's {self.name} only respelled the expression here (the order of its operands, "
                           f"a constant's form, or another rewrite), which is no {self.name}")
-        return Rewrite(program, self._facts(tr, after, params), self._effect(st, tr, new_expr))
+        return Rewrite(program, self._facts(tr, after, params), self._summary(st, tr, new_expr))
 
     def _back_substituted(self, tr: Translated, after: sympy.Expr):
         """`after` as LEIR, refused unless it is exact, divides by nothing new that may be zero, and
@@ -129,7 +129,7 @@ class SympyStrategy(Strategy):
         facts.extend(self.extra_facts(tr, after, params))
         return tuple(facts)
 
-    def _effect(self, st, tr: Translated, new_expr) -> str:
+    def _summary(self, st, tr: Translated, new_expr) -> str:
         before, after = count_ops(tr.target.expr), count_ops(new_expr)
         n = iterations(st.loops)
         change = (f"saves {before - after} per element, {(before - after) * n} in all" if after < before else

@@ -112,13 +112,13 @@ def cache_read(ctx: Context, top: int, tensor: str, depth: int) -> Rewrite:
              f"below {', '.join(lp.var for lp in outer)} the nest reads {tensor} only at {format_expr(acc)}, "
              f"which depends on the inner loops only through {', '.join(cached) or 'no index'}",
              f"{k.tensor} is local and no enclosing loop is parallel, so each iteration fills its own copy")
-    effect = (f"For each iteration of {', '.join(lp.var for lp in outer)}, the {size} element"
+    summary = (f"For each iteration of {', '.join(lp.var for lp in outer)}, the {size} element"
               f"{'s' if size != 1 else ''} of {tensor} used below are copied once into local {k.tensor} and then "
               f"read {factor} times each ({', '.join(lp.var for lp in reuse)} reuse them)"
               + (" from fast memory." if ctx.gpu else f". On the CPU {k.tensor} is an ordinary buffer behind the same "
                  f"caches as {tensor}, so the copy brings no memory benefit by itself; it stages the tile the way "
                  "a GPU schedule would."))
-    return Rewrite(program, facts, effect)
+    return Rewrite(program, facts, summary)
 
 
 # --- cache write: a register, or a tile of registers ------------------------------------------------------
@@ -165,9 +165,9 @@ def cache_write(ctx: Context, top: int, tensor: str) -> Rewrite:
              "value, with the updates in the same order",
              f"{', '.join(lp.var for lp in outer)} are the spatial loops of {tensor} and enclose every reduction loop",
              f"{k.tensor} is private to one iteration of the spatial loops (no enclosing loop is parallel)")
-    effect = (f"Each element of {tensor} accumulates {iterations(inner)} terms in a register ({k.tensor}) and is "
+    summary = (f"Each element of {tensor} accumulates {iterations(inner)} terms in a register ({k.tensor}) and is "
               f"written to memory once instead of {iterations(inner)} times.")
-    return Rewrite(replace_nests(ctx.program, top, 1, (new,)), facts, effect)
+    return Rewrite(replace_nests(ctx.program, top, 1, (new,)), facts, summary)
 
 
 def cache_write_tile(ctx: Context, top: int, tensor: str, depth: int) -> Rewrite:
@@ -194,7 +194,7 @@ def cache_write_tile(ctx: Context, top: int, tensor: str, depth: int) -> Rewrite
                        Nest(point, (Stmt(x, k),))))
     program = replace_nests(ctx.program, top, 1, (new,))
     return Rewrite(program, _tile_facts(ctx, stmt, order, outer, tile, k),
-                   _tile_effect(tensor, outer, tile, point, [lp for lp in inner if lp.var not in spatial], k))
+                   _tile_summary(tensor, outer, tile, point, [lp for lp in inner if lp.var not in spatial], k))
 
 
 def _tile_facts(ctx, stmt, order, outer, tile, k) -> tuple[str, ...]:
@@ -207,7 +207,7 @@ def _tile_facts(ctx, stmt, order, outer, tile, k) -> tuple[str, ...]:
             f"no loop above or inside the tile is parallel or bound, so one copy of {k.tensor} serves every iteration")
 
 
-def _tile_effect(tensor, outer, tile, point, reduce_loops, k) -> str:
+def _tile_summary(tensor, outer, tile, point, reduce_loops, k) -> str:
     return (f"For each iteration of {', '.join(lp.var for lp in outer)}, a {'x'.join(str(lp.extent) for lp in tile)} "
             f"tile of {tensor} ({iterations(point)} accumulators) stays in local {k.tensor} through the "
             f"{iterations(reduce_loops)} steps of {', '.join(lp.var for lp in reduce_loops)} and is written to "

@@ -80,7 +80,7 @@ class PrecomputeIndices(Strategy):
             return n
         program = replace_stmt(ctx.program, s, Stmt(s.stmt.lhs, map_expr(s.stmt.rhs, swap)))
         program = replace_nests(program, s.nest_index, 0, (table,))
-        return Rewrite(program, self._facts(ix, loops, q), self._effect(ix, loops, q, s))
+        return Rewrite(program, self._facts(ix, loops, q), self._summary(ix, loops, q, s))
 
     def _facts(self, ix, loops: list[Loop], q: str) -> tuple[str, ...]:
         return (f"{format_expr(ix)} depends only on the loop indices {', '.join(vars_in(ix))}, so a table over "
@@ -88,6 +88,6 @@ class PrecomputeIndices(Strategy):
                 f"{q} is computed in a nest of its own before the statement's nest and never changes",
                 "the table is i64, so every index value is represented exactly")
 
-    def _effect(self, ix, loops: list[Loop], q: str, s) -> str:
+    def _summary(self, ix, loops: list[Loop], q: str, s) -> str:
         return (f"The subscript {format_expr(ix)} is read from the {iterations(loops)}-entry index table {q} instead "
                 f"of being recomputed on each of the {iterations(s.loops)} executions of statement {s.order + 1}.")

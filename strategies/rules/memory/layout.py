@@ -105,10 +105,10 @@ class LayoutTransformation(Strategy):
         facts = (f"{tensor} is an intermediate, so its layout is free",
                  f"every access of {tensor} (all {len(uses)} of them) is permuted the "
                  "same way, so each element keeps its value")
-        effect = (f"{tensor} is stored as {[info.shape[d] for d in order]} instead of {list(info.shape)}: dimension "
+        summary = (f"{tensor} is stored as {[info.shape[d] for d in order]} instead of {list(info.shape)}: dimension "
                   f"{order[-1] + 1} ({format_expr(uses[0][0].indices[order[-1]])}) becomes the contiguous one, "
                   "which changes which loop walks it with stride 1.")
-        return Rewrite(program, facts, effect)
+        return Rewrite(program, facts, summary)
 
 
 # --- layout_transformation of a known input: a re-laid copy ------------------------------------------
@@ -250,10 +250,10 @@ def relaid_copy(ctx: Context, tensor: str, params: dict) -> Rewrite:
              f"exactly once from one element of {tensor}",
              f"every read of {tensor} (all {len(uses)} of them) reads the element of {y} the copy took from that "
              f"element of {tensor}, so each value is unchanged")
-    effect = (f"{tensor} ({list(shape)}) is re-laid once into {y}, {layout.describe(shape)}. The {size}-element copy "
+    summary = (f"{tensor} ({list(shape)}) is re-laid once into {y}, {layout.describe(shape)}. The {size}-element copy "
               f"is paid once, and the loops that read it can now walk memory with stride 1 (or a SIMD block at a "
               f"time) where {tensor}'s own layout made them jump.")
-    return Rewrite(program, facts, effect)
+    return Rewrite(program, facts, summary)
 
 
 # --- set_storage_layout ------------------------------------------------------------------------------
@@ -311,9 +311,9 @@ class SetStorageLayout(Strategy):
         facts = (f"{tensor} is an intermediate of shape {shape}, so its storage is free",
                  f"the strides ({', '.join(str(strides[d]) for d in range(len(shape)))}) map each element to its "
                  f"own offset in 0..{step - 1}, for every access")
-        effect = (f"{tensor} becomes one flat buffer of {step} elements in {layout.replace('_', '-')} order: "
+        summary = (f"{tensor} becomes one flat buffer of {step} elements in {layout.replace('_', '-')} order: "
                   "address arithmetic is explicit and a later pass can vectorize or pad it.")
-        return Rewrite(program, facts, effect)
+        return Rewrite(program, facts, summary)
 
 
 def _relaid_copy(before: Program, after: Program, signature: Signature) -> bool:

@@ -82,7 +82,7 @@ class SetStorageScope(Strategy):
         tensor, scope = site.tensors[0], params["scope"]
         refuse(scope_problem(ctx, tensor, scope))
         program = map_accesses(ctx.program, {tensor: lambda a: Access(a.tensor, a.dtype, scope, a.indices)})
-        return Rewrite(program, self._facts(tensor, scope), self._effect(ctx, tensor, scope))
+        return Rewrite(program, self._facts(tensor, scope), self._summary(ctx, tensor, scope))
 
     def _facts(self, tensor: str, scope: str) -> tuple[str, ...]:
         facts = (f"{tensor} is an intermediate (not in the signature); known tensors stay global",)
@@ -91,7 +91,7 @@ class SetStorageScope(Strategy):
                       f"each {'thread' if scope == 'l' else 'block'} only touches its own elements of {tensor}")
         return facts
 
-    def _effect(self, ctx: Context, tensor: str, scope: str) -> str:
+    def _summary(self, ctx: Context, tensor: str, scope: str) -> str:
         info = ctx.tensors[tensor]
         where = {"g": "global memory, visible to every kernel", "s": "shared memory, on chip, shared by a block",
                  "l": "local memory (registers), private to a thread"}[scope]

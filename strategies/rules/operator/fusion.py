@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from strategies.analysis import recognition as rec
-from strategies.analysis.loops import common_depth, fuse_nests, fusion_effect, fusion_facts
+from strategies.analysis.loops import common_depth, fuse_nests, fusion_facts, fusion_summary
 from strategies.analysis.tree import replace_nests
 from strategies.base import Nests, Rewrite, Site, Strategy
 from strategies.registry import register
@@ -36,4 +36,4 @@ class LoopFusion(Strategy):
     def rewrite(self, ctx, site, params):
         fusion = fuse_nests(ctx.program, site.nest, params["depth"])
         return Rewrite(replace_nests(ctx.program, site.nest, 2, (fusion.nest,)), fusion_facts(fusion),
-                       fusion_effect(fusion), fusion.exactness)
+                       fusion_summary(fusion), fusion.exactness)

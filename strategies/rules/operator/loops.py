@@ -88,9 +88,9 @@ class LoopRule(Strategy):
         raise NotImplementedError
 
 
-def in_band(ctx: Context, site: Site, new: Nest, facts, effect: str, exactness: str | None = None) -> Rewrite:
+def in_band(ctx: Context, site: Site, new: Nest, facts, summary: str, exactness: str | None = None) -> Rewrite:
     """The rewrite that replaces the site's band by `new`."""
-    return Rewrite(replace_item(ctx.program, site.nest, site.path, (new,)), facts, effect, exactness)
+    return Rewrite(replace_item(ctx.program, site.nest, site.path, (new,)), facts, summary, exactness)
 
 
 def band_carries(program, top: int, path: tuple[int, ...], nest: Nest) -> list[str]:
@@ -175,7 +175,7 @@ class LoopReorder(Strategy):
             raise Illegal("the vectorized loop must stay innermost")
         new = Nest(tuple(loops), nest.body)
         return in_band(ctx, site, new, reorder_facts(carry, names, new_order),
-                       self._effect(nest, new, i, j, "move" in params))
+                       self._summary(nest, new, i, j, "move" in params))
 
     def _moved(self, nest: Nest, params: dict) -> tuple[int, int, list[Loop], list[str]]:
         """(from, to, the loops in their new order, the loops whose order changes)."""
@@ -192,7 +192,7 @@ class LoopReorder(Strategy):
         loops[i], loops[j] = loops[j], loops[i]
         return i, j, loops, list(params["swap"])
 
-    def _effect(self, nest: Nest, new: Nest, i: int, j: int, move: bool) -> str:
+    def _summary(self, nest: Nest, new: Nest, i: int, j: int, move: bool) -> str:
         a, b = nest.loops[i], nest.loops[j]
         how = (f"Moving {a.var} (extent {a.extent}) to position {j + 1}" if move else
                f"Swapping {a.var} (extent {a.extent}) and {b.var} (extent {b.extent})")
@@ -230,10 +230,10 @@ class LoopSplit(LoopRule):
         outer = fresh_indices(ctx.program).fresh()
         facts = (f"{f} divides the extent {lp.extent} exactly, so {outer}*{f}+{lp.var} enumerates 0..{lp.extent - 1} "
                  "once each, in the original order",)
-        effect = (f"Loop {lp.var} (extent {lp.extent}) becomes {outer} ({lp.extent // f}) x {lp.var} ({f}): an "
+        summary = (f"Loop {lp.var} (extent {lp.extent}) becomes {outer} ({lp.extent // f}) x {lp.var} ({f}): an "
                   f"inner block of {f} iterations that can later be vectorized, unrolled or bound, or "
                   "reordered for locality.")
-        return in_band(ctx, site, split_loop(nest, k, f, outer), facts, effect)
+        return in_band(ctx, site, split_loop(nest, k, f, outer), facts, summary)
 
 
 @register
@@ -284,9 +284,9 @@ class LoopTiling(LoopRule):
             raise Illegal(f"{a.var} and {b.var} both carry dependences: moving the tile loop {bo} outside "
                           f"{a.var} would reorder the updates")
         facts = (f"{fa} divides {a.extent} and {fb} divides {b.extent}",) + reorder_facts(carry, old_order, new_order)
-        effect = (f"The {a.extent}x{b.extent} iteration space of {a.var},{b.var} is walked in {fa}x{fb} tiles "
+        summary = (f"The {a.extent}x{b.extent} iteration space of {a.var},{b.var} is walked in {fa}x{fb} tiles "
                   f"({a.extent // fa}x{b.extent // fb} of them)" + _tile_reuse(nest, a, b))
-        return in_band(ctx, site, Nest(tuple(loops), split.body), facts, effect)
+        return in_band(ctx, site, Nest(tuple(loops), split.body), facts, summary)
 
 
 def _tile_reuse(nest: Nest, a: Loop, b: Loop) -> str:
@@ -339,9 +339,9 @@ class LoopUnrolling(LoopRule):
                  f"the unrolled code holds {body} copies of the innermost body (at most {MAX_UNROLL_BODY}), "
                  f"{copies} counting enclosing unrolled loops",
                  "unrolling keeps the execution order, so it cannot change a result")
-        effect = (f"The {lp.extent} iterations of {lp.var} are written out: no loop counter or branch per "
+        summary = (f"The {lp.extent} iterations of {lp.var} are written out: no loop counter or branch per "
                   "iteration, and the compiler can schedule the copies together.")
-        return in_band(ctx, site, with_loop(nest, k, Loop("U", lp.extent, lp.var, lp.start)), facts, effect)
+        return in_band(ctx, site, with_loop(nest, k, Loop("U", lp.extent, lp.var, lp.start)), facts, summary)
 
 
 def _has_inner_parallel(nest: Nest) -> bool:
@@ -390,12 +390,12 @@ class LoopParallelization(LoopRule):
                  f"(it is a spatial axis of {', '.join(dict.fromkeys(s.lhs.tensor for s, _ in stmts))})",
                  f"no statement reads an element that another iteration of {loop.var} writes",
                  "no enclosing or enclosed loop is already parallel")
-        effect = (f"The {loop.extent} iterations of {loop.var} are independent, each doing {work} inner "
+        summary = (f"The {loop.extent} iterations of {loop.var} are independent, each doing {work} inner "
                   f"iteration{'s' if work != 1 else ''} of work, so they can run on separate cores."
                   if not ctx.gpu else
                   f"{loop.var} is marked parallel: its {loop.extent} iterations are independent, but inside a CUDA "
                   "kernel only bound loops are spread over threads, so on the GPU it stays serial in each thread.")
-        return in_band(ctx, site, with_loop(nest, k, Loop("P", loop.extent, loop.var, loop.start)), facts, effect)
+        return in_band(ctx, site, with_loop(nest, k, Loop("P", loop.extent, loop.var, loop.start)), facts, summary)
 
 
 # --- loop_vectorization -----------------------------------------------------------------------------------------
@@ -445,9 +445,9 @@ def fast_math_text(fns: tuple[str, ...], stmts) -> tuple[tuple[str, ...], str]:
     facts = (f"every {names} below the vector loop computes a float32 (or narrower) result, where the error of "
              f"{fast} (a few float32 ulp) stays inside the dtype's tolerance; none decides a condition",
              f"{fast} round differently from {names}: the step is reassociating (verified close, not exact)")
-    effect = (f" Each {names} call becomes {fast} (polynomials in plain arithmetic), so the lanes compute it as "
+    summary = (f" Each {names} call becomes {fast} (polynomials in plain arithmetic), so the lanes compute it as "
               "vector code instead of one scalar library call per element.")
-    return facts, effect
+    return facts, summary
 
 
 @register
@@ -516,13 +516,13 @@ class LoopVectorization(LoopRule):
         if any(x.kind == "V" for x in enclosing_loops(ctx.program, site.nest, site.path) + nest.loops[:k]):
             raise Illegal("an enclosing loop is already vectorized")
         new = with_loop(nest, k, Loop("V", lp.extent, lp.var, lp.start))
-        facts, effect = self._facts(nest, k, width, stmts), self._effect(lp, stmts)
+        facts, summary = self._facts(nest, k, width, stmts), self._summary(lp, stmts)
         fns = fast_math_variant(params)
         if fns:  # fast_exp is close to exp, never bitwise equal (the same for log and erf)
-            more_facts, more_effect = fast_math_text(fns, stmts)
-            return in_band(ctx, site, fast_exp_below(new, stmts, fns), facts + more_facts, effect + more_effect,
+            more_facts, more_summary = fast_math_text(fns, stmts)
+            return in_band(ctx, site, fast_exp_below(new, stmts, fns), facts + more_facts, summary + more_summary,
                            "reassociating")
-        return in_band(ctx, site, new, facts, effect)
+        return in_band(ctx, site, new, facts, summary)
 
     def _facts(self, nest: Nest, k: int, width: int | None, stmts) -> tuple[str, ...]:
         lp = nest.loops[k]
@@ -534,7 +534,7 @@ class LoopVectorization(LoopRule):
                      f"{nest.loops[k - 1].var}*{width}+{lp.var} enumerates every iteration once, in order",) + facts
         return facts
 
-    def _effect(self, lp: Loop, stmts) -> str:
+    def _summary(self, lp: Loop, stmts) -> str:
         unit = [s.lhs.tensor for s, _ in stmts if s.lhs.indices and s.lhs.indices[-1] == Var(lp.var)]
         stride = f"; {', '.join(unit)} is written with stride 1" if unit else ""
         return f"The {lp.extent} iterations of {lp.var} run as SIMD lanes{stride}."
@@ -553,14 +553,14 @@ class LoopVectorization(LoopRule):
         new = with_loop(partial, len(partial.loops) - 1, Loop("V", lane.extent, lane.var, lane.start))
         facts = factored_facts(rf) + (f"the lanes of {lane.var} accumulate into distinct partial results, so the "
                                       "partial nest's innermost loop carries no dependence",)
-        effect = (f"The reduction over {lane.var} keeps {lane.extent} partial results, one per SIMD lane, "
+        summary = (f"The reduction over {lane.var} keeps {lane.extent} partial results, one per SIMD lane, "
                   f"updated as vector code, then combined in a short nest of {lane.extent} terms per element.")
         fns = fast_math_variant(params)
         if fns:
-            more_facts, more_effect = fast_math_text(fns, stmts)
-            new, facts, effect = fast_exp_below(new, stmts, fns), facts + more_facts, effect + more_effect
+            more_facts, more_summary = fast_math_text(fns, stmts)
+            new, facts, summary = fast_exp_below(new, stmts, fns), facts + more_facts, summary + more_summary
         # partial sums reassociate the reduction
-        return Rewrite(replace_nests(rf.program, site.nest, 1, (new,)), facts, effect, "reassociating")
+        return Rewrite(replace_nests(rf.program, site.nest, 1, (new,)), facts, summary, "reassociating")
 
 
 # --- loop_binding -------------------------------------------------------------------------------------------
@@ -610,9 +610,9 @@ class LoopBinding(LoopRule):
         facts = (f"iterations of {lp.var} write distinct elements and read no element another iteration writes",
                  f"{axis} is not yet bound in this nest; the block has {threads} threads (at most {MAX_THREADS})",
                  "the target is a GPU (CUDA)")
-        effect = (f"The {lp.extent} iterations of {lp.var} run on {lp.extent} GPU {kind}s ({name}) at once "
+        summary = (f"The {lp.extent} iterations of {lp.var} run on {lp.extent} GPU {kind}s ({name}) at once "
                   "instead of one after another.")
-        return in_band(ctx, site, new, facts, effect)
+        return in_band(ctx, site, new, facts, summary)
 
 
 def _stride_one_innermost(t) -> bool:

@@ -11,8 +11,8 @@ from strategies.analysis.loops import (
     by_preference,
     divisors,
     factor_reduction,
-    factored_effect,
     factored_facts,
+    factored_summary,
     serial_partials_problem,
     vector_friendly,
 )
@@ -60,4 +60,4 @@ class ReductionFactorization(Strategy):
     def rewrite(self, ctx, site, params):
         refuse_unhelpful(ctx, serial_partials_problem(ctx, site.nest, params["factor"]))
         factored = factor_reduction(ctx, site.nest, site.match.loop_index, params["factor"])
-        return Rewrite(factored.program, factored_facts(factored), factored_effect(factored))
+        return Rewrite(factored.program, factored_facts(factored), factored_summary(factored))
