@@ -41,7 +41,7 @@ class LabelResult:
     passed: bool  # exact or by effect
     error: str = ""
     exact: bool = False  # alpha-equivalent to one of the library's transformations
-    by: str = ""  # "exact", "effect" or "" (not passed)
+    by: str = ""  # "exact", "sign" (the rule recognises the step in another spelling) or "" (not passed)
 
 
 def label_job(request: LabelRequest) -> LabelResult:
@@ -60,7 +60,7 @@ def label_job(request: LabelRequest) -> LabelResult:
         return LabelResult(True, exact=True, by="exact")
     effect = _effect(request)
     if effect:
-        return LabelResult(True, by="effect")
+        return LabelResult(True, by="sign")
     if failure:
         return LabelResult(False, failure)
     how = f"its {len(hashes)} transformations" if complete else \

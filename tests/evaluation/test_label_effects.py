@@ -113,7 +113,7 @@ def test_harness_accepts_other_spellings_by_effect_and_keeps_the_exact_check_apa
     for row in rows[:3]:
         assert row.status == "exact", row
         assert row.checks["strategy_label_pass"] and not row.checks["strategy_label_exact_pass"], row
-        assert row.items[0].label.by == "effect"
+        assert row.items[0].label.by == "sign"
     wrong_label = rows[3]
     assert not wrong_label.checks["strategy_label_pass"] and "nor does it show loop_tiling's effect" in wrong_label.error
 
@@ -123,7 +123,7 @@ def test_online_softmax_with_prefix_arrays_passes_and_a_wrong_rescaling_does_not
                                                           (ONLINE_WRONG, "online_softmax"),
                                                           (_library_online_softmax(), "online_softmax")])
     assert right.status in ("exact", "close") and right.checks["strategy_label_pass"]
-    assert not right.checks["strategy_label_exact_pass"] and right.items[0].to_json()["label_by"] == "effect"
+    assert not right.checks["strategy_label_exact_pass"] and right.items[0].to_json()["label_by"] == "sign"
     assert wrong.status == "mismatch" and not wrong.checks["strategy_label_pass"]  # the effect alone is not enough
     assert library.checks["strategy_label_pass"] and library.checks["strategy_label_exact_pass"]
 
@@ -329,7 +329,7 @@ def test_harness_accepts_symbolic_alternatives_by_effect():
     factored = alg("(A-C)*(C+A)")
     right, misnamed = _score(alg("A*A-C*C"), ALG_SIG, [(factored, "factorization"), (factored, "apart")])
     assert right.status in ("exact", "close") and right.checks["strategy_label_pass"], right
-    assert not right.checks["strategy_label_exact_pass"] and right.items[0].label.by == "effect"
+    assert not right.checks["strategy_label_exact_pass"] and right.items[0].label.by == "sign"
     assert not misnamed.checks["strategy_label_pass"] and "nor does it show apart's effect" in misnamed.error
     # partial fractions with the wrong sign: the effect's shape, a wrong program
     original, wrong_sign = alg("(A*A+1)/(A*A+3)"), alg("1+2/(3+A*A)")
