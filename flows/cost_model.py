@@ -40,16 +40,15 @@ def training_rows(lake: Path, target: str, unit: str = "nest") -> tuple[list[dic
 def spearman(a, b) -> float | None:
     import pandas as pd
 
-    if len(a) < MIN_STATES_PER_PROGRAM:
-        return None
+    if len(a) < MIN_STATES_PER_PROGRAM or len(set(a)) < 2 or len(set(b)) < 2:
+        return None  # a constant side has no rank correlation
     value = pd.Series(list(a)).corr(pd.Series(list(b)), method="spearman")
     return None if value != value else float(value)  # NaN: a constant side
 
 
 def held_out_quality(rows: list[dict], features, split: dict[str, str], seed: int) -> dict:
-    """Train on the train families, rank the test families' states: Spearman overall and per program."""
+    """Train on the train families, rank the test families' states (`ranking_quality`)."""
     import math
-    from statistics import median
 
     from search.cost_model import PriorModel
 
@@ -59,18 +58,47 @@ def held_out_quality(rows: list[dict], features, split: dict[str, str], seed: in
         return {"train_states": len(train), "test_states": len(test), "spearman": None, "spearman_within_program": None}
     model = PriorModel.train(features[train], [math.log2(rows[i]["time_us"]) for i in train], seed=seed)
     predicted = model.log2_us(features[test])
-    measured = [rows[i]["time_us"] for i in test]
-    per_program: dict[str, tuple[list, list]] = {}
-    for p, i in zip(predicted, test, strict=True):
-        a, b = per_program.setdefault(rows[i]["program_id"], ([], []))
-        a.append(p)
-        b.append(rows[i]["time_us"])
-    within = [s for a, b in per_program.values() if (s := spearman(a, b)) is not None]
+    held_out = [{**rows[i], "predicted": float(p)} for p, i in zip(predicted, test, strict=True)]
     return {"train_states": len(train), "test_states": len(test),
-            "test_families": sorted({rows[i]["family"] for i in test}),
-            "spearman": spearman(predicted, measured),
-            "spearman_within_program": median(within) if within else None,
-            "programs_within": len(within)}
+            "test_families": sorted({r["family"] for r in held_out}), **ranking_quality(held_out)}
+
+
+TOP_K = (1, 5)
+
+
+def ranking_quality(states: list[dict]) -> dict:
+    """How well `predicted` (lower: faster) ranks the states by `time_us`: the Spearman correlation
+    over all states (across programs, where sheer size decides most of it), and what a search needs,
+    within each program: the median Spearman over programs with MIN_STATES_PER_PROGRAM states or more,
+    and top-k recall, the share of those programs whose fastest measured state is among the k
+    predicted fastest. The same per family under `per_family`."""
+    from statistics import median
+
+    def figures(group: list[dict]) -> dict:
+        by_program: dict[str, list[dict]] = {}
+        for s in group:
+            by_program.setdefault(s["program_id"], []).append(s)
+        ranked = [p for p in by_program.values() if len(p) >= MIN_STATES_PER_PROGRAM]
+        within = [c for p in ranked if (c := spearman([s["predicted"] for s in p], [s["time_us"] for s in p]))
+                  is not None]
+        out = {"states": len(group), "programs_within": len(ranked),
+               "spearman": spearman([s["predicted"] for s in group], [s["time_us"] for s in group]),
+               "spearman_within_program": median(within) if within else None}
+        for k in TOP_K:
+            hits = [_fastest_in_top(p, k) for p in ranked]
+            out[f"top{k}_recall"] = sum(hits) / len(hits) if hits else None
+        return out
+
+    families = sorted({s["family"] for s in states})
+    return {**figures(states), "per_family": {f: figures([s for s in states if s["family"] == f]) for f in families}}
+
+
+def _fastest_in_top(states: list[dict], k: int) -> bool:
+    """Whether the program's fastest measured state is among its `k` predicted fastest (ties in the
+    prediction by state id, so that the answer is deterministic)."""
+    fastest = min(states, key=lambda s: (s["time_us"], s["state_id"]))
+    top = sorted(states, key=lambda s: (s["predicted"], s["state_id"]))[:k]
+    return any(s["state_id"] == fastest["state_id"] for s in top)
 
 
 @flow(name="cost_model")
@@ -101,7 +129,8 @@ def cost_model_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
     PriorModel.train(features, [math.log2(r["time_us"]) for r in rows], seed=params.seed, info=info).save(path)
     _write_report(Path(reports), {**out, "quality": quality})
     say(f"cost_model: {len(rows)} states; held-out families: Spearman {_fmt(quality['spearman'])} over all "
-        f"states, {_fmt(quality['spearman_within_program'])} within a program (median)")
+        f"states, {_fmt(quality['spearman_within_program'])} within a program (median), top-1 / top-5 recall of "
+        f"a program's fastest state {_fmt(quality.get('top1_recall'))} / {_fmt(quality.get('top5_recall'))}")
     return {**out, "spearman": quality["spearman"], "spearman_within_program": quality["spearman_within_program"]}
 
 

@@ -552,7 +552,10 @@ def _cost_model_paragraph(m) -> list[str]:
             "`search.cost_model.PriorModel.load`), trained on every timed state; `steptp search` starts from it. On "
             f"families it never saw (trained on the train split's families): Spearman {_num(q.get('spearman'))} "
             f"between predicted and measured times over {q.get('test_states', 0)} held-out states, "
-            f"{_num(q.get('spearman_within_program'))} within one program (median over held-out programs).", ""]
+            f"{_num(q.get('spearman_within_program'))} within one program (median over "
+            f"{q.get('programs_within', 0)} held-out programs); the fastest measured state of a held-out program "
+            f"is the predicted fastest in {_num(q.get('top1_recall'))} of them and among the predicted five "
+            f"fastest in {_num(q.get('top5_recall'))}.", ""]
 
 
 def _pct(n: int, total: int) -> str:
