@@ -4,6 +4,9 @@ the search as one proposal. The search verifies every step against the original 
 step as a state of the trajectory (`search.drivers.Search.evaluate`), so a 64-state search can reach
 a schedule that needs six moves in a row and the data stays step-level.
 
+The micro-kernel is a recipe (`search.recipes`): data, each step a strategy on the tile's loops named
+by their role (rows, columns, reductions), which the recipe's runner follows through renames and splits.
+
 - `micro_kernel`: the schedule of a fast CPU contraction (matmul, batched and convolution-like
   accumulations `X += a*b`): an optional re-laid copy of the reused operand (`layout_transformation`,
   packed along the output's unit-stride axis, or transposed when that operand walks it with a
@@ -31,6 +34,7 @@ from dataclasses import dataclass
 from leir.analysis import access_strides, is_update, lhs_vars, partial_strides, reduction_op, tensor_boxes
 from leir.ast import Nest, Program, Stmt, Var, accesses
 from search.analysis import DEFAULT_MACHINE, Machine
+from search.recipes import Arrange, Plan, Step, run
 from strategies.analysis.legality import body_statements, iterations, read_tensors, stmt_reads, written_tensors
 from strategies.analysis.loops import common_depth
 from strategies.base import Context, Site, Transformation
@@ -281,105 +285,113 @@ def _output(program: Program, con: Contraction) -> str:
 def _micro_kernel_steps(b: _Builder, con: Contraction, rows: int, cols: int, pack: bool,
                         machine: Machine = DEFAULT_MACHINE, width: int | None = None) -> bool:
     """The micro-kernel's steps for `con` appended to `b` (False, with `b` part-way, when a step is
-    not legal)."""
-    n = con.nest
-    col_extent = next(lp.extent for lp in b.program.nests[n].loops if lp.var == con.cols)
-    split_cols = cols < col_extent
-    if con.reused_stride != 1:
-        # a transposed copy first (the later splits then read it through affine subscripts)
-        if not _relay(b, con, 0):
-            return False
-        n += 1  # the copy nest stands before the nest that reads it
-    # 1. the rows made parallel first when they are a bound loop (the published form's thread loop):
-    # a bound loop's split keeps its point loop bound, which could not be unrolled
-    loops = {lp.var: lp for lp in b.program.nests[n].loops}
-    roles = {con.rows: "rows", con.cols: "cols"}
-    roles.update({r: "red" for r in con.reductions})
-    if loops[con.cols].kind == "B":
-        return False
-    if loops[con.rows].kind == "B":
-        before = [lp.var for lp in b.program.nests[n].loops]
-        if not b.apply("loop_parallelization", {}, _at(n, (con.rows,))):
-            return False
-        after = [lp.var for lp in b.program.nests[n].loops]
-        roles[after[before.index(con.rows)]] = roles.pop(con.rows)   # the parallel loop's index name
-    rows_var = next(v for v, r in roles.items() if r == "rows")
-    cols_var = con.cols
-    # 2. the tile: both axes split (one tiling step when they are adjacent)
-    names = [lp.var for lp in b.program.nests[n].loops]
-    i, j = names.index(rows_var), names.index(cols_var)
-    if split_cols and j == i + 1:
-        if not b.apply("loop_tiling", {"factors": [rows, cols]}, _at(n, (rows_var, cols_var))):
-            return False
-    else:
-        if not b.apply("loop_split", {"factor": rows}, _at(n, (rows_var,))):
-            return False
-        if split_cols and not b.apply("loop_split", {"factor": cols}, _at(n, (cols_var,))):
-            return False
-    # 3. target order: everything else in its order, then the reduction loops, then rows, cols
-    names = [lp.var for lp in b.program.nests[n].loops]
-    reds = [v for v in names if roles.get(v) == "red"]
-    target = [v for v in names if v not in (rows_var, cols_var) and v not in reds] + reds + [rows_var, cols_var]
-    if not _reorder(b, n, target):
-        return False
-    # 4. rows unrolled, columns vectorised (in narrower vectors, their blocks unrolled, where the
-    # tile is not a whole number of registers)
-    if not b.apply("loop_unrolling", {}, _at(n, (rows_var,))):
-        return False
-    lanes = machine.lanes(b.program.nests[n].body[0].lhs.dtype)
-    width = width or vector_width(cols, lanes)
-    if width and width < lanes and width < cols:
-        if not b.apply("loop_split", {"factor": width}, _at(n, (cols_var,))):
-            return False
-        names = [lp.var for lp in b.program.nests[n].loops]
-        blocks = names[names.index(cols_var) - 1]
-        if not b.apply("loop_unrolling", {}, _at(n, (blocks,))):
-            return False
-    if not b.apply("loop_vectorization", {}, _at(n, (cols_var,))):
-        return False
-    # 5. else the outermost loop with work for every core made parallel (a batch loop of extent 1 is not)
-    if not any(lp.kind == "P" for lp in b.program.nests[n].loops):
-        for lp in b.program.nests[n].loops:
-            if roles.get(lp.var) == "red" or lp.var in (rows_var, cols_var):
-                break
-            if lp.extent >= machine.cores and lp.kind in ("L", "B"):
-                if not b.apply("loop_parallelization", {}, _at(n, (lp.var,))):
-                    return False
-                break
-    # 6. a packed copy last, once the columns read it as `block*cols + lane` (its block and lane)
-    if pack and con.reused_stride == 1 and not (split_cols and _relay(b, con, cols)):
-        return False
-    return True
+    not legal): the recipe MICRO_KERNEL on the contraction's loops by role."""
+    nest = b.program.nests[con.nest]
+    col_extent = next(lp.extent for lp in nest.loops if lp.var == con.cols)
+    roles = {"rows": con.rows, "cols": con.cols, **{f"red.{k}": v for k, v in enumerate(con.reductions)}}
+    lanes = machine.lanes(nest.body[0].lhs.dtype)
+    names = [lp.var for lp in nest.loops]
+    facts = {"reused": con.reused, "reused_dim": con.reused_dim, "strided": con.reused_stride != 1,
+             "rows": rows, "cols": cols, "split_cols": cols < col_extent, "pack": pack, "cores": machine.cores,
+             "width": width or vector_width(cols, lanes), "lanes": lanes,
+             "adjacent": names.index(con.cols) == names.index(con.rows) + 1}
+    plan = Plan(b.ctx, con.nest, roles, facts)
+    done = run(MICRO_KERNEL, plan)
+    b.ctx, b.steps = plan.ctx, b.steps + plan.steps
+    return done
 
 
-def _relay(b: _Builder, con: Contraction, factor: int) -> bool:
-    """A packed copy of the reused operand along the columns' dimension (blocks of `factor`), or a
-    transposed copy that makes that dimension the contiguous one."""
-    shape = tensor_boxes(b.program).get(con.reused)
-    if shape is None:
-        return False
-    def where(site: Site) -> bool:
-        return tuple(site.tensors) == (con.reused,)
-    if factor and b.apply("layout_transformation", {"copy": "packed", "dim": con.reused_dim, "factor": factor}, where):
+def _transposed(plan: Plan) -> dict | None:
+    """A transposed copy of the reused operand that makes the columns' dimension its contiguous one
+    (None where it is already: no copy can help)."""
+    rank = len(tensor_boxes(plan.program).get(plan.facts["reused"]) or ())
+    dim = plan.facts["reused_dim"]
+    if not rank or dim == rank - 1:
+        return None
+    return {"copy": "transposed", "order": [d for d in range(rank) if d != dim] + [dim]}
+
+
+def _tiled(plan: Plan) -> bool:
+    """Both axes split in one tiling step (they are adjacent loops)."""
+    return plan.facts["split_cols"] and plan.facts["adjacent"]
+
+
+def _transposed_first(plan: Plan) -> bool:
+    """Where the reused operand walks the columns with a stride, a transposed copy first (the later
+    splits then read it through affine subscripts); its nest stands before ours."""
+    if not plan.facts["strided"]:
         return True
-    rank = len(shape)
-    if con.reused_dim == rank - 1:
+    params, name = _transposed(plan), plan.facts["reused"]
+    return params is not None and plan.apply("layout_transformation", params, lambda s: tuple(s.tensors) == (name,))
+
+
+def _narrow(plan: Plan) -> bool:
+    w = plan.facts["width"]
+    return bool(w) and w < plan.facts["lanes"] and w < plan.facts["cols"]
+
+
+def _outer_spatial(plan: Plan) -> str | None:
+    """The outermost loop above the reductions and the tile with work for every core (None where the
+    nest has a parallel loop already, or no such loop)."""
+    loops = plan.loops()
+    if any(lp.kind == "P" for lp in loops):
+        return None
+    for lp in loops:
+        role = plan.role_of(lp.var) or ""
+        if role.startswith("red.") or role in ("rows", "cols"):
+            return None
+        if lp.extent >= plan.facts["cores"] and lp.kind in ("L", "B"):
+            return lp.var
+    return None
+
+
+def _packed_or_transposed(plan: Plan) -> bool:
+    """The packed copy last, once the columns read the reused operand as `block*cols + lane`; a
+    transposed copy where a packed one is not legal."""
+    name, f = plan.facts["reused"], plan.facts["cols"]
+    if tensor_boxes(plan.program).get(name) is None:
         return False
-    order = [d for d in range(rank) if d != con.reused_dim] + [con.reused_dim]
-    return b.apply("layout_transformation", {"copy": "transposed", "order": order}, where)
+    if plan.apply("layout_transformation", {"copy": "packed", "dim": plan.facts["reused_dim"], "factor": f},
+                  lambda s: tuple(s.tensors) == (name,)):
+        return True
+    params = _transposed(plan)
+    return params is not None and plan.apply("layout_transformation", params, lambda s: tuple(s.tensors) == (name,))
 
 
-def _reorder(b: _Builder, n: int, target: list[str]) -> bool:
-    """Bring the nest's loops into `target` order with one-loop moves (each one atomic step)."""
-    for k, var in enumerate(target):
-        names = [lp.var for lp in b.program.nests[n].loops]
-        i = names.index(var)
-        if i == k:
-            continue
-        params = {"swap": [names[k], var]} if i - k == 1 else {"move": var, "to": k}
-        if not b.apply("loop_reorder", params, _at(n)):
-            return False
-    return True
+def _parallel_outer(plan: Plan) -> bool:
+    var = _outer_spatial(plan)
+    if var is None:
+        return True
+    plan.roles["parallel"] = var
+    return Step("loop_parallelization", ("parallel",)).run(plan)
+
+
+# The micro-kernel as data: each step a strategy on loops named by their role in the tile.
+MICRO_KERNEL = (
+    _transposed_first,
+    # the columns cannot be a bound loop (a bound loop's split keeps its point loop bound)
+    lambda plan: plan.kind("cols") != "B",
+    # the rows made parallel first when they are a bound loop (the published form's thread loop)
+    Step("loop_parallelization", ("rows",), when=lambda plan: plan.kind("rows") == "B"),
+    # the tile: both axes split, in one tiling step when they are adjacent
+    Step("loop_tiling", ("rows", "cols"), lambda plan: {"factors": [plan.facts["rows"], plan.facts["cols"]]},
+         when=_tiled),
+    Step("loop_split", ("rows",), lambda plan: {"factor": plan.facts["rows"]}, when=lambda plan: not _tiled(plan)),
+    Step("loop_split", ("cols",), lambda plan: {"factor": plan.facts["cols"]},
+         when=lambda plan: plan.facts["split_cols"] and not _tiled(plan)),
+    # everything else in its order, then the reduction loops, then the tile's rows and columns
+    Arrange(("*", "red", "rows", "cols")),
+    Step("loop_unrolling", ("rows",)),
+    # narrower vectors than a register where the tile is not a whole number of them: their blocks unrolled
+    Step("loop_split", ("cols",), lambda plan: {"factor": plan.facts["width"]}, when=_narrow),
+    Step("loop_unrolling", ("cols.outer",), when=_narrow),
+    Step("loop_vectorization", ("cols",)),
+    # else the outermost loop with work for every core made parallel (a batch loop of extent 1 is not)
+    _parallel_outer,
+    # a packed copy last, once the columns read it as `block*cols + lane` (its block and lane)
+    lambda plan: not plan.facts["pack"] or plan.facts["strided"]
+    or (plan.facts["split_cols"] and _packed_or_transposed(plan)),
+)
 
 
 # --- row_kernel ------------------------------------------------------------------------------------
