@@ -57,7 +57,7 @@ class ExpressionSplitting(Strategy):
                  "the operations and their order are unchanged, and the stored value has the dtype it is "
                  "computed in, so the result is the same")
         summary = (f"Statement {s.order + 1} is split at its top-level '{rhs.op}': each part is a smaller "
-                  "expression that later steps (fission, caching, scheduling) can treat separately.")
+                   "expression that later steps (fission, caching, scheduling) can treat separately.")
         return Rewrite(program, facts, summary)
 
 
@@ -132,7 +132,7 @@ class ExpressionReorder(Strategy):
         facts = (f"{where} share no tensor that either writes: no true, anti or output dependence between them",
                  "so neither can observe the other's effects, in any order")
         summary = (f"Swapping {where} changes the order of independent work, which can bring a producer and "
-                  "its consumer together for a later fusion.")
+                   "its consumer together for a later fusion.")
         return Rewrite(program, facts, summary)
 
     def _nests(self, ctx, site):
@@ -162,7 +162,7 @@ class ExpressionReorder(Strategy):
                  "results do not depend on the operand order)",
                  "the accumulator form of the statement is unchanged, so its initialisation is too")
         summary = (f"Statement {s.order + 1} evaluates {format_expr(swapped)} instead of {format_expr(e)}: a "
-                  "canonical operand order exposes common sub-expressions and matching patterns.")
+                   "canonical operand order exposes common sub-expressions and matching patterns.")
         return Rewrite(program, facts, summary)
 
 

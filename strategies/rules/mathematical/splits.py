@@ -242,7 +242,7 @@ class MultiplicativeSplit(ReductionSplit):
                  f"{name} is a fresh sum with implicit initialisation 0; {r.acc.tensor} is written once "
                  "afterwards, so its readers see the same value")
         summary = (f"The invariant factor is applied once per result instead of {n} times: "
-                  f"{(n - 1) * iterations(r.spatial)} fewer multiplications in all.")
+                   f"{(n - 1) * iterations(r.spatial)} fewer multiplications in all.")
         return Rewrite(program, facts, summary)
 
 

@@ -113,9 +113,9 @@ def cache_read(ctx: Context, top: int, tensor: str, depth: int) -> Rewrite:
              f"which depends on the inner loops only through {', '.join(cached) or 'no index'}",
              f"{k.tensor} is local and no enclosing loop is parallel, so each iteration fills its own copy")
     summary = (f"For each iteration of {', '.join(lp.var for lp in outer)}, the {size} element"
-              f"{'s' if size != 1 else ''} of {tensor} used below are copied once into local {k.tensor} and then "
-              f"read {factor} times each ({', '.join(lp.var for lp in reuse)} reuse them)"
-              + (" from fast memory." if ctx.gpu else f". On the CPU {k.tensor} is an ordinary buffer behind the same "
+               f"{'s' if size != 1 else ''} of {tensor} used below are copied once into local {k.tensor} and then "
+               f"read {factor} times each ({', '.join(lp.var for lp in reuse)} reuse them)"
+               + (" from fast memory." if ctx.gpu else f". On the CPU {k.tensor} is an ordinary buffer behind the same "
                  f"caches as {tensor}, so the copy brings no memory benefit by itself; it stages the tile the way "
                  "a GPU schedule would."))
     return Rewrite(program, facts, summary)
@@ -166,7 +166,7 @@ def cache_write(ctx: Context, top: int, tensor: str) -> Rewrite:
              f"{', '.join(lp.var for lp in outer)} are the spatial loops of {tensor} and enclose every reduction loop",
              f"{k.tensor} is private to one iteration of the spatial loops (no enclosing loop is parallel)")
     summary = (f"Each element of {tensor} accumulates {iterations(inner)} terms in a register ({k.tensor}) and is "
-              f"written to memory once instead of {iterations(inner)} times.")
+               f"written to memory once instead of {iterations(inner)} times.")
     return Rewrite(replace_nests(ctx.program, top, 1, (new,)), facts, summary)
 
 

@@ -106,8 +106,8 @@ class LayoutTransformation(Strategy):
                  f"every access of {tensor} (all {len(uses)} of them) is permuted the "
                  "same way, so each element keeps its value")
         summary = (f"{tensor} is stored as {[info.shape[d] for d in order]} instead of {list(info.shape)}: dimension "
-                  f"{order[-1] + 1} ({format_expr(uses[0][0].indices[order[-1]])}) becomes the contiguous one, "
-                  "which changes which loop walks it with stride 1.")
+                   f"{order[-1] + 1} ({format_expr(uses[0][0].indices[order[-1]])}) becomes the contiguous one, "
+                   "which changes which loop walks it with stride 1.")
         return Rewrite(program, facts, summary)
 
 
@@ -251,8 +251,8 @@ def relaid_copy(ctx: Context, tensor: str, params: dict) -> Rewrite:
              f"every read of {tensor} (all {len(uses)} of them) reads the element of {y} the copy took from that "
              f"element of {tensor}, so each value is unchanged")
     summary = (f"{tensor} ({list(shape)}) is re-laid once into {y}, {layout.describe(shape)}. The {size}-element copy "
-              f"is paid once, and the loops that read it can now walk memory with stride 1 (or a SIMD block at a "
-              f"time) where {tensor}'s own layout made them jump.")
+               f"is paid once, and the loops that read it can now walk memory with stride 1 (or a SIMD block at a "
+               f"time) where {tensor}'s own layout made them jump.")
     return Rewrite(program, facts, summary)
 
 
@@ -312,7 +312,7 @@ class SetStorageLayout(Strategy):
                  f"the strides ({', '.join(str(strides[d]) for d in range(len(shape)))}) map each element to its "
                  f"own offset in 0..{step - 1}, for every access")
         summary = (f"{tensor} becomes one flat buffer of {step} elements in {layout.replace('_', '-')} order: "
-                  "address arithmetic is explicit and a later pass can vectorize or pad it.")
+                   "address arithmetic is explicit and a later pass can vectorize or pad it.")
         return Rewrite(program, facts, summary)
 
 

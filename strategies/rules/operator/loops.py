@@ -231,8 +231,8 @@ class LoopSplit(LoopRule):
         facts = (f"{f} divides the extent {lp.extent} exactly, so {outer}*{f}+{lp.var} enumerates 0..{lp.extent - 1} "
                  "once each, in the original order",)
         summary = (f"Loop {lp.var} (extent {lp.extent}) becomes {outer} ({lp.extent // f}) x {lp.var} ({f}): an "
-                  f"inner block of {f} iterations that can later be vectorized, unrolled or bound, or "
-                  "reordered for locality.")
+                   f"inner block of {f} iterations that can later be vectorized, unrolled or bound, or "
+                   "reordered for locality.")
         return in_band(ctx, site, split_loop(nest, k, f, outer), facts, summary)
 
 
@@ -285,7 +285,7 @@ class LoopTiling(LoopRule):
                           f"{a.var} would reorder the updates")
         facts = (f"{fa} divides {a.extent} and {fb} divides {b.extent}",) + reorder_facts(carry, old_order, new_order)
         summary = (f"The {a.extent}x{b.extent} iteration space of {a.var},{b.var} is walked in {fa}x{fb} tiles "
-                  f"({a.extent // fa}x{b.extent // fb} of them)" + _tile_reuse(nest, a, b))
+                   f"({a.extent // fa}x{b.extent // fb} of them)" + _tile_reuse(nest, a, b))
         return in_band(ctx, site, Nest(tuple(loops), split.body), facts, summary)
 
 
@@ -340,7 +340,7 @@ class LoopUnrolling(LoopRule):
                  f"{copies} counting enclosing unrolled loops",
                  "unrolling keeps the execution order, so it cannot change a result")
         summary = (f"The {lp.extent} iterations of {lp.var} are written out: no loop counter or branch per "
-                  "iteration, and the compiler can schedule the copies together.")
+                   "iteration, and the compiler can schedule the copies together.")
         return in_band(ctx, site, with_loop(nest, k, Loop("U", lp.extent, lp.var, lp.start)), facts, summary)
 
 
@@ -391,10 +391,10 @@ class LoopParallelization(LoopRule):
                  f"no statement reads an element that another iteration of {loop.var} writes",
                  "no enclosing or enclosed loop is already parallel")
         summary = (f"The {loop.extent} iterations of {loop.var} are independent, each doing {work} inner "
-                  f"iteration{'s' if work != 1 else ''} of work, so they can run on separate cores."
-                  if not ctx.gpu else
-                  f"{loop.var} is marked parallel: its {loop.extent} iterations are independent, but inside a CUDA "
-                  "kernel only bound loops are spread over threads, so on the GPU it stays serial in each thread.")
+                   f"iteration{'s' if work != 1 else ''} of work, so they can run on separate cores."
+                   if not ctx.gpu else
+                   f"{loop.var} is marked parallel: its {loop.extent} iterations are independent, but inside a CUDA "
+                   "kernel only bound loops are spread over threads, so on the GPU it stays serial in each thread.")
         return in_band(ctx, site, with_loop(nest, k, Loop("P", loop.extent, loop.var, loop.start)), facts, summary)
 
 
@@ -446,7 +446,7 @@ def fast_math_text(fns: tuple[str, ...], stmts) -> tuple[tuple[str, ...], str]:
              f"{fast} (a few float32 ulp) stays inside the dtype's tolerance; none decides a condition",
              f"{fast} round differently from {names}: the step is reassociating (verified close, not exact)")
     summary = (f" Each {names} call becomes {fast} (polynomials in plain arithmetic), so the lanes compute it as "
-              "vector code instead of one scalar library call per element.")
+               "vector code instead of one scalar library call per element.")
     return facts, summary
 
 
@@ -554,7 +554,7 @@ class LoopVectorization(LoopRule):
         facts = factored_facts(rf) + (f"the lanes of {lane.var} accumulate into distinct partial results, so the "
                                       "partial nest's innermost loop carries no dependence",)
         summary = (f"The reduction over {lane.var} keeps {lane.extent} partial results, one per SIMD lane, "
-                  f"updated as vector code, then combined in a short nest of {lane.extent} terms per element.")
+                   f"updated as vector code, then combined in a short nest of {lane.extent} terms per element.")
         fns = fast_math_variant(params)
         if fns:
             more_facts, more_summary = fast_math_text(fns, stmts)
@@ -611,7 +611,7 @@ class LoopBinding(LoopRule):
                  f"{axis} is not yet bound in this nest; the block has {threads} threads (at most {MAX_THREADS})",
                  "the target is a GPU (CUDA)")
         summary = (f"The {lp.extent} iterations of {lp.var} run on {lp.extent} GPU {kind}s ({name}) at once "
-                  "instead of one after another.")
+                   "instead of one after another.")
         return in_band(ctx, site, new, facts, summary)
 
 
