@@ -202,10 +202,14 @@ def logs(e: sympy.Expr) -> int:
     return sum(isinstance(node, sympy.log) for node in sympy.preorder_traversal(e))
 
 
-def logs_of_products(e: sympy.Expr) -> int:
-    """Logarithms whose argument is a product or a power (what expand_log splits, logsimp builds)."""
-    return sum(isinstance(node, sympy.log) and (node.args[0].is_Mul or node.args[0].is_Pow)
-               for node in sympy.preorder_traversal(e))
+def log_factors(e: sympy.Expr) -> int:
+    """The factors inside logarithms: each factor of a logarithm's argument, an integer power x**n
+    (n other than 1) counted |n| + 1 times, its exponent being one more thing to take out (what
+    expand_log takes out, logsimp puts in: log(exp(x)/F) -> x + log(1/F), log(1/F) -> -log(F))."""
+    def weight(f: sympy.Expr) -> int:
+        return abs(int(f.exp)) + 1 if f.is_Pow and f.exp.is_Integer and f.exp not in (0, 1) else 1
+    return sum(weight(f) for node in sympy.preorder_traversal(e) if isinstance(node, sympy.log)
+               for f in sympy.Mul.make_args(node.args[0]))
 
 
 def same_value(p: sympy.Expr, q: sympy.Expr) -> bool:

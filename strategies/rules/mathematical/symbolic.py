@@ -43,8 +43,6 @@ class SympyStrategy(Strategy):
     # Rational-function strategies see exp/log/erf/abs/max/min and fractional powers as opaque atoms:
     # factor() must not split exp(a-b) into exp(a)*exp(-b) (that is expand_powsimp's step).
     rational = True
-    # Refuse a result that does not show the strategy's sign (sympy only respelled the expression).
-    sign_gated = True
 
     def sites(self, ctx: Context):
         for st in ctx.sites:
@@ -94,7 +92,7 @@ class SympyStrategy(Strategy):
                                      ctx.result_code))
         self.check(ctx, tr, new_expr)
         program = finish(ctx, replace_item(ctx.program, site.nest, site.path, (tr.target.rebuild(new_expr),)))
-        if self.sign_gated and not self.recognizes(ctx.program, program, ctx.signature):
+        if not self.recognizes(ctx.program, program, ctx.signature):
             raise Illegal(f"sympy's {self.name} only respelled the expression here (the order of its operands, "
                           f"a constant's form, or another rewrite), which is no {self.name}")
         return Rewrite(program, self._facts(tr, after, params), self._summary(st, tr, new_expr))
@@ -407,13 +405,12 @@ class ExpandLog(SympyStrategy):
                    "provably positive.")
     why = "Splitting a logarithm of a product separates factors that can be computed or hoisted on their own."
     rational = False
-    sign_gated = False  # the log counts miss some of sympy's own expansions (log(2*b))
     enables = ("logsimp", "additive_split")
 
     def shows(self, e0, e1):
-        """More logarithms, or fewer logarithms of a product or power and none fewer in all."""
+        """More logarithms, or fewer factors inside logarithms and no fewer logarithms."""
         return forms.logs(e1) > forms.logs(e0) or (forms.logs(e1) == forms.logs(e0)
-                                                  and forms.logs_of_products(e1) < forms.logs_of_products(e0))
+                                                  and forms.log_factors(e1) < forms.log_factors(e0))
 
     def transform(self, tr, params):
         return sympy.expand_log(tr.expr, deep=True, force=False)
@@ -431,12 +428,11 @@ class Logsimp(SympyStrategy):
     saves = True
     why = "One logarithm of a product costs one transcendental call instead of several."
     rational = False
-    sign_gated = False  # the log counts miss some of sympy's own expansions (log(2*b))
 
     def shows(self, e0, e1):
-        """Fewer logarithms, or more logarithms of a product or power and none more in all."""
+        """Fewer logarithms, or more factors inside logarithms and no more logarithms."""
         return 0 < forms.logs(e1) < forms.logs(e0) or (forms.logs(e1) == forms.logs(e0) > 0
-                                                       and forms.logs_of_products(e1) > forms.logs_of_products(e0))
+                                                       and forms.log_factors(e1) > forms.log_factors(e0))
 
     def transform(self, tr, params):
         return sympy.logcombine(tr.expr, force=True)
