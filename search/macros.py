@@ -321,8 +321,14 @@ def _transposed_first(plan: Plan) -> bool:
     splits then read it through affine subscripts); its nest stands before ours."""
     if not plan.facts["strided"]:
         return True
-    params, name = _transposed(plan), plan.facts["reused"]
-    return params is not None and plan.apply("layout_transformation", params, lambda s: tuple(s.tensors) == (name,))
+    params = _transposed(plan)
+    return params is not None and _relay(plan, params)
+
+
+def _relay(plan: Plan, params: dict) -> bool:
+    """A re-laid copy (`params`) of the reused operand."""
+    name = plan.facts["reused"]
+    return plan.apply("layout_transformation", params, lambda s: tuple(s.tensors) == (name,))
 
 
 def _narrow(plan: Plan) -> bool:
@@ -348,14 +354,12 @@ def _outer_spatial(plan: Plan) -> str | None:
 def _packed_or_transposed(plan: Plan) -> bool:
     """The packed copy last, once the columns read the reused operand as `block*cols + lane`; a
     transposed copy where a packed one is not legal."""
-    name, f = plan.facts["reused"], plan.facts["cols"]
-    if tensor_boxes(plan.program).get(name) is None:
+    if tensor_boxes(plan.program).get(plan.facts["reused"]) is None:
         return False
-    if plan.apply("layout_transformation", {"copy": "packed", "dim": plan.facts["reused_dim"], "factor": f},
-                  lambda s: tuple(s.tensors) == (name,)):
+    if _relay(plan, {"copy": "packed", "dim": plan.facts["reused_dim"], "factor": plan.facts["cols"]}):
         return True
     params = _transposed(plan)
-    return params is not None and plan.apply("layout_transformation", params, lambda s: tuple(s.tensors) == (name,))
+    return params is not None and _relay(plan, params)
 
 
 def _parallel_outer(plan: Plan) -> bool:

@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from leir.ast import Nest, Program, Stmt, Var, accesses, walk_expr
+from leir.ast import Program, Var, accesses, walk_expr
+from strategies.analysis.legality import body_statements
 from strategies.base import Context, Site, Transformation
 from strategies.registry import get
 
@@ -90,7 +91,7 @@ class Plan:
         """The loop indices that share a subscript with `var` in the nest (a split writes its loop v
         as `outer*f + v`: the new outer loop's partner is the loop it was split from)."""
         out: list[str] = []
-        for stmt in _statements(self.program.nests[self.nest]):
+        for stmt, _ in body_statements(self.program.nests[self.nest]):
             for access in [stmt.lhs, *accesses(stmt.rhs)]:
                 for ix in access.indices:
                     names = [n.name for n in walk_expr(ix) if isinstance(n, Var)]
@@ -169,10 +170,3 @@ def run(recipe: Recipe, plan: Plan) -> bool:
         if not ok:
             return False
     return True
-
-
-def _statements(nest: Nest) -> list[Stmt]:
-    out: list[Stmt] = []
-    for item in nest.body:
-        out += [item] if isinstance(item, Stmt) else _statements(item)
-    return out
