@@ -203,11 +203,12 @@ def logs(e: sympy.Expr) -> int:
 
 
 def log_factors(e: sympy.Expr) -> int:
-    """The factors inside logarithms: each factor of a logarithm's argument, an integer power x**n
-    (n other than 1) counted |n| + 1 times, its exponent being one more thing to take out (what
-    expand_log takes out, logsimp puts in: log(exp(x)/F) -> x + log(1/F), log(1/F) -> -log(F))."""
+    """The factors inside logarithms: each factor of a logarithm's argument, a power x**n with a
+    numeric exponent other than 1 counted twice, its exponent being one more thing to take out (what
+    expand_log takes out, logsimp puts in: log(exp(x)/F) -> x + log(1/F), log(1/F) -> -log(F),
+    log(G)/256 <- log(G**(1/256)))."""
     def weight(f: sympy.Expr) -> int:
-        return abs(int(f.exp)) + 1 if f.is_Pow and f.exp.is_Integer and f.exp not in (0, 1) else 1
+        return 2 if f.is_Pow and f.exp.is_Number and f.exp != 1 else 1
     return sum(weight(f) for node in sympy.preorder_traversal(e) if isinstance(node, sympy.log)
                for f in sympy.Mul.make_args(node.args[0]))
 
