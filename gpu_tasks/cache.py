@@ -91,7 +91,7 @@ class BuildCache:
     def _lower_and_compile(self, program: Program, signature: Signature, target_kind: str, arch: str, form: str,
                            text_key: tuple) -> Built:
         func = lower_to_primfunc(program, signature, target_kind=target_kind, form=form)
-        target = self._target(target_kind, arch)
+        target = self.target(target_kind, arch)
         hash_key = (tvm_ffi.structural_hash(func), str(target))
         entry = _lookup(self._by_hash, hash_key)
         if entry is not None and tvm_ffi.structural_equal(entry[0], func):
@@ -104,7 +104,7 @@ class BuildCache:
         _store(self._by_text, text_key, built, self.capacity)
         return built
 
-    def _target(self, kind: str, arch: str):
+    def target(self, kind: str, arch: str):
         target = make_target(kind, arch)
         if kind != "llvm" or self.llvm_opt_level is None:
             return target

@@ -22,11 +22,6 @@ LLVM's fixed cost per module a few times instead of once per state.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-
-import tvm
-import tvm_ffi
 
 from gpu_tasks.cache import TIMING_PASS_CONFIG, BuildCache
 from gpu_tasks.inputs import draw_inputs, plan_from_facts
@@ -42,48 +37,21 @@ from gpu_tasks.timing_session import (
     state_time,
     undecided_states,
 )
-from leir.analysis import program_depth
-from leir.lower.expr import storage_dtype
-from leir.lower.planner import plan_program
-from leir.lower.stack import call_with_stack_for
-from leir.lower.units import TimingUnit, timing_units, unit_primfunc
-
-
-@dataclass
-class _Distinct:
-    """The group's distinct unit functions: structurally equal functions share one index."""
-
-    funcs: list = field(default_factory=list)
-    by_hash: dict = field(default_factory=dict)
-
-    def add(self, func) -> int:
-        key = tvm_ffi.structural_hash(func)
-        for index in self.by_hash.get(key, ()):
-            if tvm_ffi.structural_equal(self.funcs[index], func):
-                return index
-        self.funcs.append(func)
-        self.by_hash.setdefault(key, []).append(len(self.funcs) - 1)
-        return len(self.funcs) - 1
-
-
-@dataclass(frozen=True)
-class _Chain:
-    """One state as its units in program order: (distinct index, unit), and the plan's tensor table."""
-
-    links: tuple[tuple[int, TimingUnit], ...]
-    tensors: dict
+from gpu_tasks.unit_build import Chain, Distinct, UnitFunction, chain_of, compile_units, intermediate
+from leir.lower.units import TimingUnit
 
 
 def time_by_nests(loaded: dict, signature, request, outcome: list, start: float):
-    distinct = _Distinct()
-    chains: dict[int, _Chain] = {}
+    distinct = Distinct()
+    chains: dict[int, Chain] = {}
     for i, state in loaded.items():
         try:
-            chains[i] = call_with_stack_for(program_depth(state.program), _chain_of, state.program, signature,
-                                            distinct)
+            chains[i] = chain_of(state.program, signature, distinct)
         except Exception as e:
             outcome[i] = StateTime("build_error", error=f"state {i}: {describe_error(e)}")
-    functions = _compile_units(distinct.funcs, request)
+    cache = BuildCache(capacity=1, pass_config=TIMING_PASS_CONFIG, llvm_opt_level=request.llvm_opt_level)
+    functions = compile_units(distinct.funcs, cache.target(request.target, request.arch), TIMING_PASS_CONFIG,
+                              request.build_threads or logical_cpus())
     for i, chain in list(chains.items()):
         bad = next((functions[u] for u, _ in chain.links if isinstance(functions[u], str)), None)
         if bad is not None:
@@ -149,72 +117,17 @@ def state_samples(unit_samples: list[list[float]]) -> list[float]:
     return [sum(s[r] for s in unit_samples) for r in range(rounds)]
 
 
-def _chain_of(program, signature, distinct: _Distinct) -> _Chain:
-    plan = plan_program(program, signature, "llvm")
-    links = []
-    for unit in timing_units(plan, signature):
-        links.append((distinct.add(unit_primfunc(plan, signature, unit, "unit")), unit))
-    return _Chain(tuple(links), plan.tensors)
-
-
-def _compile_units(funcs: list, request) -> list:
-    """Each unit's callable function (or its build error's text): the units in one module per build
-    thread, compiled side by side; a module that fails is compiled again unit by unit, so that one
-    bad unit fails alone."""
-    cache = BuildCache(capacity=1, pass_config=TIMING_PASS_CONFIG, llvm_opt_level=request.llvm_opt_level)
-    target = cache._target(request.target, request.arch)
-    threads = max(1, min(request.build_threads or logical_cpus(), len(funcs)))
-    chunks = [list(range(k, len(funcs), threads)) for k in range(threads)]
-
-    def compile_chunk(chunk: list[int]) -> dict[int, object]:
-        try:
-            return _compile_module(funcs, chunk, target)
-        except Exception:
-            out = {}
-            for u in chunk:
-                try:
-                    out.update(_compile_module(funcs, [u], target))
-                except Exception as e:
-                    out[u] = f"nest unit {u}: {describe_error(e)}"
-            return out
-
-    functions: dict[int, object] = {}
-    with ThreadPoolExecutor(max_workers=threads) as ex:
-        for part in ex.map(compile_chunk, chunks):
-            functions.update(part)
-    return [functions[u] for u in range(len(funcs))]
-
-
-def _compile_module(funcs: list, chunk: list[int], target) -> dict[int, object]:
-    module = tvm.IRModule({f"u{u}": funcs[u].with_attr("global_symbol", f"u{u}") for u in chunk})
-    with tvm.transform.PassContext(config=TIMING_PASS_CONFIG):
-        executable = tvm.compile(module, target=target)
-    # looking a function up JIT-compiles the module: part of the build, done on this thread
-    return {u: _Function(executable, f"u{u}", executable[f"u{u}"]) for u in chunk}
-
-
-@dataclass(frozen=True)
-class _Function:
-    executable: object
-    name: str
-    call: object
-
-    def __call__(self, *args):
-        return self.call(*args)
-
-
-def _state_arrays(chain: _Chain, known: dict, device) -> dict:
+def _state_arrays(chain: Chain, known: dict, device) -> dict:
     """The state's tensors by name: the group's known tensors, and its own shared intermediates."""
     out = dict(known)
     for _, unit in chain.links:
         for name in unit.args:
             if name not in out:
-                info = chain.tensors[name]
-                out[name] = tvm.runtime.empty(info.shape, storage_dtype(info.dtype), device)
+                out[name] = intermediate(chain, name, device)
     return out
 
 
-def _bound_run(function: _Function, request, device, name: str, args: list):
+def _bound_run(function: UnitFunction, request, device, name: str, args: list):
     evaluate = function.executable.mod.time_evaluator(name, device, number=1, repeat=1,
                                                        min_repeat_ms=int(request.min_repeat_ms))
     return lambda *_: evaluate(*args)

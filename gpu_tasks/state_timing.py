@@ -179,7 +179,7 @@ def _build_all(loaded: dict, signature, request: StateGroupRequest) -> dict[int,
     (Python); compiling runs in threads, one per core, each distinct function once."""
     cache = BuildCache(capacity=max(1, len(loaded)), pass_config=TIMING_PASS_CONFIG,
                        llvm_opt_level=request.llvm_opt_level)
-    target = cache._target(request.target, request.arch)
+    target = cache.target(request.target, request.arch)
     funcs: dict[int, object] = {}
     out: dict[int, Built | str] = {}
     from leir.lower import lower_to_primfunc
