@@ -39,7 +39,7 @@ from gpu_tasks.threads import set_thread_env
 
 # Modules imported once in the fork server, so that every worker starts with TVM loaded (and
 # without PyTorch, see worker_env).
-DEFAULT_PRELOAD = ("gpu_tasks.worker_env", "gpu_tasks.jobs")
+DEFAULT_PRELOAD = ("gpu_tasks.worker_env", "gpu_tasks.jobs", "gpu_tasks.group_verify")
 DEFAULT_TIMEOUT_S = 60.0
 START_METHODS = ("forkserver", "fork")
 MEMORY_POLL_S = 0.05  # how often running workers' memory is sampled when there is a memory limit

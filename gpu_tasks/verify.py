@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
+from gpu_tasks.group_verify import pair_groups, verify_group_job
 from gpu_tasks.guard import DEFAULT_LIMITS, Limits
 from gpu_tasks.inputs import make_draws
 from gpu_tasks.jobs import (
@@ -64,13 +65,58 @@ def verify_pairs(requests: Iterable[PairRequest], pool: WorkerPool | None = None
 
 def iter_verify_pairs(requests: Iterable[PairRequest], pool: WorkerPool | None = None
                       ) -> Iterator[Verification]:
-    """Verifications in input order, each as soon as it and all before it are done."""
+    """Verifications in input order, each as soon as it and all before it are done. Pairs with the
+    same signature and protocol are verified in groups (`gpu_tasks.group_verify`: the same verdicts,
+    each distinct nest built once); a group whose worker crashed or ran out of time is verified again
+    pair by pair, so that the pair at fault alone gets the crash or the time-out."""
+    requests = list(requests)
+    groups = pair_groups(requests)
+    done: dict[int, Verification] = {}
+    position = 0
+
+    def ready() -> Iterator[Verification]:
+        nonlocal position
+        while position in done:
+            yield done.pop(position)
+            position += 1
+
     if pool is None:
-        yield from (verify_pair_job(r) for r in requests)
+        for group in groups:
+            done.update(zip(group, _group_job(group, requests)(), strict=True))
+            yield from ready()
         return
-    jobs = [Job(verify_pair_job, (r,), affinity=_original_key(r)) for r in requests]
-    for _, result in pool.imap(jobs):
-        yield as_verification(result)
+    jobs = [Job(*_group_call(group, requests), affinity=_original_key(requests[group[0]]),
+                timeout_s=pool.timeout_s * (1 + (len(group) - 1) * GROUP_TIMEOUT_SHARE)) for group in groups]
+    failed: list[int] = []
+    for g, result in pool.imap(jobs):
+        if isinstance(result, JobFailure) and len(groups[g]) > 1:
+            failed.extend(groups[g])
+            continue
+        if isinstance(result, JobFailure | Verification):
+            result = [as_verification(result)]
+        done.update(zip(groups[g], result, strict=True))
+        yield from ready()
+    if failed:
+        single = [Job(verify_pair_job, (requests[i],), affinity=_original_key(requests[i])) for i in failed]
+        for (_, result), i in zip(pool.imap(single), failed, strict=True):
+            done[i] = as_verification(result)
+    yield from ready()
+
+
+# A group job's time limit: the pool's limit per job, plus this share of it for every further pair
+# (a group of 48 steps of one release program verifies in a few seconds; a hang still ends).
+GROUP_TIMEOUT_SHARE = 0.25
+
+
+def _group_call(group: list[int], requests: list[PairRequest]) -> tuple:
+    if len(group) == 1:
+        return verify_pair_job, (requests[group[0]],)
+    return verify_group_job, (tuple(requests[i] for i in group),)
+
+
+def _group_job(group: list[int], requests: list[PairRequest]):
+    fn, args = _group_call(group, requests)
+    return (lambda: fn(*args)) if len(group) > 1 else (lambda: [fn(*args)])
 
 
 def verify_against_reference(program: ProgramLike, signature: SignatureLike, reference_fn: ReferenceFn,

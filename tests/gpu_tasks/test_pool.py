@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from gpu_tasks import testing
-from gpu_tasks.jobs import cache_stats_job
+from gpu_tasks.jobs import cache_stats_job, verify_pair_job
 from gpu_tasks.pool import Job, JobFailure
 from gpu_tasks.verify import as_verification, pair_request, verify_against_reference, verify_pair, verify_pairs
 from tests.conftest import EXAMPLES
@@ -79,13 +79,15 @@ def test_against_reference_through_the_pool(pool):
 
 
 def test_the_pool_builds_each_original_at_most_once_per_worker(pool):
+    """Pair by pair (a model's answers in the harness; a group's pairs when its worker died)."""
     def totals():
         stats = pool.broadcast(cache_stats_job)
         return sum(s["builds"] for s in stats), sum(s["hits"] for s in stats)
 
     builds0, hits0 = totals()
     requests = [pair_request(MATMUL, after, MATMUL_SIG, seed=11) for after in MATMUL_VARIANTS]
-    assert all(v.passed for v in verify_pairs(requests, pool))
+    jobs = [Job(verify_pair_job, (r,), affinity="matmul") for r in requests]
+    assert all(as_verification(v).passed for v in pool.run(jobs))
     builds1, hits1 = totals()
     n = len(MATMUL_VARIANTS)
     # One build lookup per transformed side; the original's outputs on the draws are computed once per

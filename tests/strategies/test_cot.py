@@ -7,11 +7,11 @@ the figures it changes, never a claim the target does not bear out."""
 from __future__ import annotations
 
 import pytest
-from strategy_cases import ctx, sig
 
 from flows.reports import template, template_counts, thoughts
 from strategies.cot import BENEFIT_WEIGHED, answer, combine_answers, reasoning, state_steps, think
 from strategies.registry import ALL_NAMES, get, registered
+from tests.strategies.strategy_cases import ctx, sig
 
 S2 = sig(("A", [4, 8], "float64", "input"), ("C", [4, 8], "float64", "output"))
 M_SIG = sig(("A", [4, 6], "float64", "input"), ("C", [6, 8], "float64", "input"), ("D", [4, 8], "float64", "output"))
