@@ -50,8 +50,10 @@ def claim_under(step: Step, claim: str, target: str, weights) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("release", type=Path)
-    parser.add_argument("--lake", type=Path, required=True, help="the lake the release was built from (targets)")
+    parser.add_argument("release", type=Path, nargs="?", default=Path("lake/releases/v0.1.0"),
+                        help="a release directory (default: the one make run writes)")
+    parser.add_argument("--lake", type=Path, default=Path("lake"),
+                        help="the lake the release was built from (targets; default: make run's)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="Estimate weights to try instead of the project's, comma-separated "
                              "(latency=4,issue=2); repeatable: one row each")

@@ -28,7 +28,8 @@ def q(con, sql: str):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("release")
+    parser.add_argument("release", nargs="?", default="lake/releases/v0.1.0",
+                        help="a release directory (default: the one make run writes)")
     parser.add_argument("--lake", default=None, help="the lake the release was built from (for the rounds)")
     args = parser.parse_args()
     rel = Path(args.release)
