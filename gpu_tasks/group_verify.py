@@ -17,14 +17,15 @@ it or with an earlier nest whose output it updates):
 The verdicts are `verify_pair_job`'s, byte for byte: the units are the whole function's loops and
 stores at the same optimisation level (LLVM reassociates no floating point at any level), outputs
 start from the same sentinels, intermediates are uninitialised as in the whole function (a program
-that reads one before writing it is refused before building), and a pair that meets anything else
+that certainly reads one before writing it is refused before building; one that may read an element
+no nest wrote reads garbage either way, and its verdict is no evidence in either), and a pair that
+meets anything else
 (a parse or guard failure, a lowering, build or run error, a program that writes an input) is
 verified whole by `verify_pair_job`, whose message its row then carries
 (tests/gpu_tasks/test_group_verify.py compares the two on every strategy's steps).
 """
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -45,15 +46,17 @@ MAX_GROUP = 48                 # pairs per group job: a crash or a time-out re-v
 REMEMBERED_BYTES = 256 << 20   # what a group keeps of its units' outputs (least recently used dropped first)
 
 
-def groupable(request: PairRequest) -> bool:
-    return request.target == GROUP_TARGET and request.form == GROUP_FORM
-
-
-def group_key(request: PairRequest) -> tuple:
-    """Pairs with equal keys can be verified in one group: everything but the two programs."""
-    tolerances = json.dumps(request.tolerances, sort_keys=True) if request.tolerances is not None else None
-    return (request.signature, request.target, request.arch, request.form, request.draws, request.seed,
-            tolerances, request.limits)
+def group_key(request: PairRequest) -> tuple | None:
+    """Pairs with equal keys can be verified in one group: everything but the two programs. None: the
+    pair is verified alone (another target or form, or tolerances that `verify_pair_job` should judge)."""
+    if request.target != GROUP_TARGET or request.form != GROUP_FORM:
+        return None
+    try:
+        tolerances = tuple(sorted(tolerance_table(request.tolerances).items()))
+        hash((tolerances, request.limits))
+    except Exception:
+        return None
+    return (request.signature, request.arch, request.draws, request.seed, tolerances, request.limits)
 
 
 def pair_groups(requests: list[PairRequest]) -> list[list[int]]:
@@ -62,10 +65,10 @@ def pair_groups(requests: list[PairRequest]) -> list[list[int]]:
     groups: list[list[int]] = []
     open_group: dict[tuple, list[int]] = {}
     for i, r in enumerate(requests):
-        if not groupable(r):
+        key = group_key(r)
+        if key is None:
             groups.append([i])
             continue
-        key = group_key(r)
         group = open_group.get(key)
         if group is None or len(group) >= MAX_GROUP:
             group = open_group[key] = []
@@ -164,9 +167,9 @@ class _Runs:
         if entry is None:
             raise _Whole
         chain, functions = entry
-        env = dict(self._inputs(draw_id, draw))
         prefix: tuple = (draw_id,)
         try:
+            env = dict(self._inputs(draw_id, draw))
             for u, unit in chain.links:
                 prefix += ((u, unit.args),)
                 written = self.remembered.get(prefix)

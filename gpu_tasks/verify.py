@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import numpy as np
@@ -38,6 +39,7 @@ OWN_ERROR_FACTOR = 2.0
 ProgramLike = str | Program
 SignatureLike = Signature | Mapping | str
 ReferenceFn = Callable[[dict[str, np.ndarray]], object]
+log = logging.getLogger(__name__)
 
 
 def pair_request(before: ProgramLike, after: ProgramLike, signature: SignatureLike, *,
@@ -82,7 +84,7 @@ def iter_verify_pairs(requests: Iterable[PairRequest], pool: WorkerPool | None =
 
     if pool is None:
         for group in groups:
-            done.update(zip(group, _group_job(group, requests)(), strict=True))
+            done.update(zip(group, _in_process(group, requests), strict=True))
             yield from ready()
         return
     jobs = [Job(*_group_call(group, requests), affinity=_original_key(requests[group[0]]),
@@ -90,6 +92,9 @@ def iter_verify_pairs(requests: Iterable[PairRequest], pool: WorkerPool | None =
     failed: list[int] = []
     for g, result in pool.imap(jobs):
         if isinstance(result, JobFailure) and len(groups[g]) > 1:
+            if result.kind == "error":  # a bug of the grouped path: say so, the pairs still get verdicts
+                log.warning("a group of %d pairs failed (%s); verifying them one by one", len(groups[g]),
+                            result.message)
             failed.extend(groups[g])
             continue
         if isinstance(result, JobFailure | Verification):
@@ -100,6 +105,7 @@ def iter_verify_pairs(requests: Iterable[PairRequest], pool: WorkerPool | None =
         single = [Job(verify_pair_job, (requests[i],), affinity=_original_key(requests[i])) for i in failed]
         for (_, result), i in zip(pool.imap(single), failed, strict=True):
             done[i] = as_verification(result)
+            yield from ready()
     yield from ready()
 
 
@@ -114,9 +120,14 @@ def _group_call(group: list[int], requests: list[PairRequest]) -> tuple:
     return verify_group_job, (tuple(requests[i] for i in group),)
 
 
-def _group_job(group: list[int], requests: list[PairRequest]):
-    fn, args = _group_call(group, requests)
-    return (lambda: fn(*args)) if len(group) > 1 else (lambda: [fn(*args)])
+def _in_process(group: list[int], requests: list[PairRequest]) -> list[Verification]:
+    """A group verified in this process; should the grouped path raise (a bug), pair by pair."""
+    if len(group) > 1:
+        try:
+            return verify_group_job(tuple(requests[i] for i in group))
+        except Exception as e:
+            log.warning("a group of %d pairs failed (%s); verifying them one by one", len(group), describe_error(e))
+    return [verify_pair_job(requests[i]) for i in group]
 
 
 def verify_against_reference(program: ProgramLike, signature: SignatureLike, reference_fn: ReferenceFn,

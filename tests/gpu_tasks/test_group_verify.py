@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 pytest.importorskip("tvm")
@@ -126,3 +127,10 @@ def test_pairs_outside_the_grouped_protocol_are_verified_alone():
     requests = [pair_request(MM, MM, MM_SIG), pair_request(MM, MM, MM_SIG, form="tensorir"),
                 pair_request(MM, MM, MM_SIG)]
     assert pair_groups(requests) == [[0, 2], [1]]
+    # tolerances as the verifier takes them (numpy values, Tolerance objects) group without trouble
+    from gpu_tasks.tolerances import Tolerance
+
+    looser = {"float32": {"max_abs": np.float32(1e-3), "max_rel": 1e-2, "rel_l2": 1e-4}}
+    as_objects = {"float32": Tolerance(1e-3, 1e-2, 1e-4)}
+    requests = [pair_request(MM, MM, MM_SIG, tolerances=t) for t in (looser, as_objects, looser, None)]
+    assert pair_groups(requests) == [[0, 2], [1], [3]]
