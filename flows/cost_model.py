@@ -8,6 +8,8 @@ saw: a model trained on the train split's families ranks the test split's states
 `reports/cost_model.json` gives the Spearman correlation between predicted and measured times over
 all held-out states and within each held-out program (the ranking a search needs: states of one
 program), beside the number of rows. The split is the filter stage's (`lake/splits`), the one of the samples.
+Beside it, `static_estimate`: how the static estimate the chains of thought reason from ranks the same
+held-out states without any training, the baseline a learned ranking has to beat.
 """
 from __future__ import annotations
 
@@ -46,8 +48,11 @@ def spearman(a, b) -> float | None:
     return None if value != value else float(value)  # NaN: a constant side
 
 
-def held_out_quality(rows: list[dict], features, split: dict[str, str], seed: int) -> dict:
-    """Train on the train families, rank the test families' states (`ranking_quality`)."""
+def held_out_quality(rows: list[dict], features, split: dict[str, str], seed: int, programs=None) -> dict:
+    """Train on the train families, rank the test families' states (`ranking_quality`); with the
+    rows' parsed `programs`, also how the static estimate the chains of thought reason from
+    (`strategies.analysis.cost.estimated_cycles`, no training at all) ranks the same states, under
+    `static_estimate`: the baseline a learned model has to beat."""
     import math
 
     from search.cost_model import PriorModel
@@ -59,8 +64,21 @@ def held_out_quality(rows: list[dict], features, split: dict[str, str], seed: in
     model = PriorModel.train(features[train], [math.log2(rows[i]["time_us"]) for i in train], seed=seed)
     predicted = model.log2_us(features[test])
     held_out = [{**rows[i], "predicted": float(p)} for p, i in zip(predicted, test, strict=True)]
-    return {"train_states": len(train), "test_states": len(test),
-            "test_families": sorted({r["family"] for r in held_out}), **ranking_quality(held_out)}
+    out = {"train_states": len(train), "test_states": len(test),
+           "test_families": sorted({r["family"] for r in held_out}), **ranking_quality(held_out)}
+    if programs is not None:
+        static = [{**rows[i], "predicted": static_estimate(programs[i])} for i in test]
+        out["static_estimate"] = {k: v for k, v in ranking_quality(static).items() if k != "per_family"}
+    return out
+
+
+def static_estimate(program) -> float:
+    """log2 of the static estimate of the whole program (CPU model), the CoT's figure."""
+    import math
+
+    from strategies.analysis.cost import estimated_cycles
+
+    return math.log2(max(1.0, estimated_cycles(program, range(len(program.nests)))))
 
 
 TOP_K = (1, 5)
@@ -121,17 +139,27 @@ def cost_model_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
         _write_report(Path(reports), {**out, "quality": None})
         return out
     rows = sorted(rows, key=lambda r: r["state_id"])
-    features = np.vstack([program_features(parse_program(r["leir"])) for r in rows])
+    programs = [parse_program(r["leir"]) for r in rows]
+    features = np.vstack([program_features(p) for p in programs])
     split = family_splits(lake)  # the filter stage's split (flows.filtering.split_families)
-    quality = held_out_quality(rows, features, split, params.seed)
+    quality = held_out_quality(rows, features, split, params.seed, programs)
     info = {"machine": json.loads(rows[0]["machine"]), "target": target, "trained_on": "all timed states",
             "families": len({r["family"] for r in rows}), "held_out": quality}
     PriorModel.train(features, [math.log2(r["time_us"]) for r in rows], seed=params.seed, info=info).save(path)
     _write_report(Path(reports), {**out, "quality": quality})
     say(f"cost_model: {len(rows)} states; held-out families: Spearman {_fmt(quality['spearman'])} over all "
         f"states, {_fmt(quality['spearman_within_program'])} within a program (median), top-1 / top-5 recall of "
-        f"a program's fastest state {_fmt(quality.get('top1_recall'))} / {_fmt(quality.get('top5_recall'))}")
+        f"a program's fastest state {_fmt(quality.get('top1_recall'))} / {_fmt(quality.get('top5_recall'))}"
+        + _static_line(quality.get("static_estimate")))
     return {**out, "spearman": quality["spearman"], "spearman_within_program": quality["spearman_within_program"]}
+
+
+def _static_line(q: dict | None) -> str:
+    if not q:
+        return ""
+    return (f"; the CoT's static estimate on the same states: {_fmt(q['spearman'])} over all, "
+            f"{_fmt(q['spearman_within_program'])} within, top-1 / top-5 {_fmt(q['top1_recall'])} / "
+            f"{_fmt(q['top5_recall'])}")
 
 
 def _fmt(x) -> str:

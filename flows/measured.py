@@ -555,7 +555,17 @@ def _cost_model_paragraph(m) -> list[str]:
             f"{_num(q.get('spearman_within_program'))} within one program (median over "
             f"{q.get('programs_within', 0)} held-out programs); the fastest measured state of a held-out program "
             f"is the predicted fastest in {_num(q.get('top1_recall'))} of them and among the predicted five "
-            f"fastest in {_num(q.get('top5_recall'))}.", ""]
+            f"fastest in {_num(q.get('top5_recall'))}." + _static_sentence(q.get("static_estimate")), ""]
+
+
+def _static_sentence(q: dict | None) -> str:
+    if not q:
+        return ""
+    return (" Without any training, the static estimate the chains of thought reason from "
+            "(`strategies.analysis.cost.estimated_cycles`) ranks the same held-out states with Spearman "
+            f"{_num(q.get('spearman'))} over all, {_num(q.get('spearman_within_program'))} within one program, "
+            f"top-1 {_num(q.get('top1_recall'))} and top-5 {_num(q.get('top5_recall'))}: the baseline a learned "
+            "ranking has to beat.")
 
 
 def _pct(n: int, total: int) -> str:

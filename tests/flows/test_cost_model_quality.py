@@ -38,3 +38,32 @@ def test_size_alone_gives_a_good_across_figure_and_nothing_within():
 def test_programs_with_too_few_states_are_not_ranked():
     q = ranking_quality(states("x", "p", [1.0, 2.0], [1.0, 2.0]))
     assert q["programs_within"] == 0 and q["top1_recall"] is None
+
+
+MM = "L^{16}_{a=0}L^{24}_{c=0}L^{32}_{e=0}[E^{f32,g}_{a,e}=E^{f32,g}_{a,e}+A^{f32,g}_{a,c}*C^{f32,g}_{c,e};];"
+
+
+def test_the_static_estimate_is_reported_beside_the_learned_model_on_the_same_held_out_states():
+    import numpy as np
+
+    from flows.cost_model import held_out_quality, static_estimate
+    from leir.parse import parse_program
+    from search.cost_model import program_features
+
+    orders = ["acE", "aeC", "caE", "ceA", "eaC", "ecA"]  # the matmul's six loop orders
+
+    def reordered(order: str) -> str:
+        loops = {"a": "L^{16}_{a=0}", "c": "L^{24}_{c=0}", "e": "L^{32}_{e=0}"}
+        return "".join(loops[v.lower()] for v in order) + MM[MM.index("["):]
+
+    programs = [parse_program(reordered(o)) for o in orders] * 2
+    families = ["gemm"] * 6 + ["gemm2"] * 6
+    rows = [{"family": f, "program_id": f, "state_id": f"{f}-{k}", "time_us": 2.0 ** static_estimate(p)}
+            for k, (f, p) in enumerate(zip(families, programs, strict=True))]
+    features = np.vstack([program_features(p) for p in programs])
+    q = held_out_quality(rows, features, {"gemm": "train", "gemm2": "test"}, seed=0, programs=programs)
+    static = q["static_estimate"]
+    assert len({r["time_us"] for r in rows[6:]}) > 2       # the orders differ in the estimate
+    assert static["spearman_within_program"] == pytest.approx(1.0) and static["top1_recall"] == 1.0
+    assert static["programs_within"] == q["programs_within"] == 1 and "per_family" not in static
+    assert "static_estimate" not in held_out_quality(rows, features, {"gemm": "train", "gemm2": "test"}, seed=0)
