@@ -63,7 +63,7 @@ def main() -> None:
     [(gpu,)] = q(con, "SELECT count(*) FROM gpu_steps")
     print(f"  gpu_steps (steps of GPU programs, never timed, not in measured): {gpu}")
     [(n_sft, slower, kinds)] = q(con, "SELECT count(*), count(*) FILTER (WHERE effect = 'slower' OR step_effect = "
-                                      "'slower' AND kind = 'step'), string_agg(DISTINCT kind, ',') FROM sft")
+                                      "'slower'), string_agg(DISTINCT kind, ',') FROM sft")
     [(dead_sft,)] = q(con, "SELECT count(*) FROM sft s JOIN measured m ON m.step_id = json_extract_string(s.step_ids, "
                            "'$[0]') WHERE m.dead_end")
     print(f"sft: {n_sft} rows ({kinds}); slower {slower}, dead ends {dead_sft} (goal: none)")

@@ -142,11 +142,13 @@ def sft_rows(samples: list[dict], measured: list[dict], chain_prompt, chain_answ
         m = by_step.get(ids[0]) if len(ids) == 1 else None
         if m is None:
             continue
-        pays = m["chain_effect"] == "faster" and m["claim"] == "enabling"
+        # an enabling step slower by itself is never taught, not even inside a chain that pays: slower
+        # steps appear only as `rejected` in `preference`
+        pays = m["chain_effect"] == "faster" and m["claim"] == "enabling" and m["effect"] != "slower"
         # a dead end is never taught: its chain of thought justifies it by follow-ups that do not pay
-        if m["dead_end"] is not True and (m["effect"] == "faster" or (pays and m["effect"] != "slower")):
+        if m["dead_end"] is not True and (m["effect"] == "faster" or pays):
             out.append(_sft_row(s, (s["prompt"], s["answer"]), "step", m))
-        if pays:  # the chain as a whole is faster, even where its first step alone is not
+        if pays:  # the chain as a whole is faster, even where its first step alone is only neutral
             out.append(_sft_row(s, (chain_prompt(m), chain_answer(m)), "chain", m))
     return sorted(out, key=lambda r: r["sample_id"])
 
