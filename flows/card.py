@@ -282,7 +282,9 @@ def _data_sections(shapes: list[dict], samples: pa.Table, steps: pa.Table, folde
     sources = figures["programs_by_shape_source"]
     files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != "README.md")
     lines = ["## Shapes", "",
-             f"{len(shapes)} source programs. Median largest tensor extent: {figures['median_largest_dim']}; "
+             f"{len(shapes)} source programs have a released step; the figures and tables below describe them "
+             "(`reports/summary.json` describes every generated program, so its counts are larger). Median largest "
+             f"tensor extent: {figures['median_largest_dim']}; "
              f"programs with a prime extent above 7: {100 * figures['prime_dim_share']:.1f}% (the odd-extents "
              "minority keeps remainder handling in the data). Shapes come from the dimensions real networks "
              "use, under a per-instance work budget (`workloads/shapes.py`).", "",

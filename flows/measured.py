@@ -9,7 +9,7 @@ timed the release.
   follow-up that was timed pays, or none verified). The released steps of programs written for a
   GPU are `gpu_steps`: the same columns, times and effects null (no GPU timed the build).
 - `sft`: what the clock says is worth teaching, in the chat form: every single-step sample whose
-  step is `faster` (unless it is a dead end), every enabling step (not `slower` itself) whose chain
+  step is `faster` and whose chain of thought gives a reason (claim not `none`; never a dead end), every enabling step (not `slower` itself) whose chain
   is `faster`, and that chain as a two-step sample in the published multi-answer format
   (`kind = 'chain'`).
 - `preference`: DPO pairs of two answers to one prompt: the chosen step `faster` than the unmodified
@@ -25,6 +25,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 from flows.measure import state_ids
+from gpu_tasks.effect import EFFECTS
+from strategies.cot import CLAIMS
 
 # What the SFT config keeps, by the answer's own effect or, for an enabling step, its chain's.
 SFT_KINDS = ("step", "chain")
@@ -145,8 +147,11 @@ def sft_rows(samples: list[dict], measured: list[dict], chain_prompt, chain_answ
         # an enabling step slower by itself is never taught, not even inside a chain that pays: slower
         # steps appear only as `rejected` in `preference`
         pays = m["chain_effect"] == "faster" and m["claim"] == "enabling" and m["effect"] != "slower"
-        # a dead end is never taught: its chain of thought justifies it by follow-ups that do not pay
-        if m["dead_end"] is not True and (m["effect"] == "faster" or pays):
+        # a dead end is never taught: its chain of thought justifies it by follow-ups that do not pay;
+        # nor a step whose chain of thought claims nothing (`none`: "by itself it does not pay"), however
+        # fast it measured: its answer gives no reason to make it, and from 1.2x on it contradicts the clock
+        reasoned = m["claim"] != "none"
+        if m["dead_end"] is not True and ((m["effect"] == "faster" and reasoned) or pays):
             out.append(_sft_row(s, (s["prompt"], s["answer"]), "step", m))
         if pays:  # the chain as a whole is faster, even where its first step alone is only neutral
             out.append(_sft_row(s, (chain_prompt(m), chain_answer(m)), "chain", m))
@@ -376,9 +381,9 @@ PURPOSES = (
                  "class, and the best chain of an enabling step"),
     ("gpu_steps", "the records of the released steps of programs written for a GPU (CUDA): `measured`'s columns, "
                   "verified on the CPU, never timed (times, effects and chains null: no GPU timed this build)"),
-    ("sft", "SFT chosen by measurement: steps that measured `faster`, enabling steps whose chain measured "
-            "`faster` (and that are not `slower` themselves), and those chains as two-step samples, in the chat "
-            "form with their effect columns"),
+    ("sft", "SFT chosen by measurement: steps that measured `faster` and whose chain of thought gives a reason "
+            "(claim `benefit` or `enabling`), enabling steps whose chain measured `faster` (and that are not "
+            "`slower` themselves), and those chains as two-step samples, in the chat form with their effect columns"),
     ("preference", "DPO (TRL's standard form: `prompt`, `chosen`, `rejected` strings): the chosen step is "
                    "`faster` than the unmodified program and its interval lies wholly above the rejected one's"),
     ("preference_chat", "the same pairs in TRL's conversational form (message lists), matching `chat`"),
@@ -407,8 +412,8 @@ def measured_section(m) -> str:
     gpu_line = (f"{gpu} released steps belong to programs written for a GPU (CUDA): they were verified on the CPU "
                 "(LEIR's semantics do not depend on the target), and on CUDA where a GPU was present, but never "
                 "timed. Their records are the `gpu_steps` config (`measured`'s columns, times and effects null); "
-                "`measured` and the configs made from it hold the steps of CPU programs only.") \
-        if gpu else ""
+                "`measured` and the configs made from it hold the steps of CPU programs only."
+                + _gpu_only_sentence(m)) if gpu else ""
     if m.machine is None:
         return "\n".join([*lines, "No state was timed: the configs made of measurements are empty.",
                           *([gpu_line] if gpu_line else []), ""])
@@ -462,6 +467,17 @@ def _agreement_paragraph(t: dict) -> str:
             f"{a['p90_ratio']:.3f}), {100 * a['within_10pct']:.0f}% within 10%.")
 
 
+def _gpu_only_sentence(m) -> str:
+    """The strategies whose released steps all belong to GPU programs: none of them was timed."""
+    on_cpu = Counter(r["strategy"] for r in m.effects)
+    only = sorted(Counter(r["strategy"] for r in m.gpu_steps).items())
+    only = [(k, n) for k, n in only if not on_cpu.get(k)]
+    if not only:
+        return ""
+    return (" Strategies released only in GPU programs, so with no measured effect: "
+            + ", ".join(f"{k} ({n} steps)" for k, n in only) + ".")
+
+
 def _effect_tables(m) -> list[str]:
     shares = effect_shares(m.effects)
     by_level: dict[str, Counter] = {}
@@ -494,14 +510,21 @@ def _claims_paragraph(rows: list[dict]) -> list[str]:
     resolved = sum(e["resolved"] for e in shares.values())
     bad = sum(e["contradictions"] for e in shares.values())
     claims = Counter(r["claim"] for r in rows if r["effect"])
+    per_claim = {c: Counter(r["effect"] for r in rows if r["effect"] and r["claim"] == c) for c in CLAIMS}
+    shares_text = "; ".join(
+        f"`{c}` steps measured " + ", ".join(f"{_pct(per_claim[c][k], claims.get(c, 0))} {k}" for k in EFFECTS)
+        for c in CLAIMS if claims.get(c))
+    faster_none = per_claim["none"]["faster"]
     return [f"**Claims against effects.** Each chain of thought claims a `benefit` (a figure of the static "
             f"analysis improves on the target and a static estimate of the cycles where the step acts is "
             f"at least 1.1x lower), `enabling` (nothing pays by itself; it names the steps it makes legal "
             f"next) or `none` (column `claim`; {claims.get('benefit', 0)}, {claims.get('enabling', 0)} and "
             f"{claims.get('none', 0)} of the timed steps). A claim contradicts the clock when a `benefit` step "
             f"measured `slower`, or a `none` step `faster` by 1.2x or more: {bad} of the {resolved} resolved timed "
-            f"steps ({_pct1(bad, resolved)}; per strategy in the table above). The chains of thought never cite "
-            "a timing: a model cannot measure at inference.", ""]
+            f"steps ({_pct1(bad, resolved)}; per strategy in the table above). A claim is what the static analysis "
+            f"expects, not a prediction of the clock: {shares_text}. `sft` leaves out the {faster_none} `faster` steps "
+            "whose chain of thought claims `none` (their answer gives no reason to make them). The chains of thought "
+            "never cite a timing: a model cannot measure at inference.", ""]
 
 
 def _chains_paragraph(rows: list[dict]) -> list[str]:
@@ -520,12 +543,15 @@ def _chains_paragraph(rows: list[dict]) -> list[str]:
 def _preference_paragraph(m) -> list[str]:
     prompts = len({p["prompt"] for p in m.preference})
     rejected = Counter(p["rejected_effect"] for p in m.preference)
-    return [f"`preference`: {len(m.preference)} pairs from {prompts} prompts (at most "
-            "`release.preference_pairs_per_prompt` per prompt, the largest speedup ratio first). Every chosen "
+    return [f"`preference`: {len(m.preference)} pairs from {prompts} prompts (at most {m.preference_per_prompt} "
+            "per prompt, `release.preference_pairs_per_prompt`, the largest speedup ratio first). Every chosen "
             "answer is `faster` than the unmodified program and its speedup interval lies wholly above the "
             "rejected answer's (both against the same before-state); rejected answers are "
-            + ", ".join(f"{n} {k}" for k, n in sorted(rejected.items())) + ". `preference_chat` holds the same "
-            "pairs in TRL's conversational form.", ""]
+            + ", ".join(f"{n} {k}" for k, n in sorted(rejected.items())) + ". Compare the two answers by their "
+            "speedups (`margin` is their ratio): `chosen_us` and `rejected_us` are each in its own step's timing "
+            "unit (the state timed whole, or the sum of its nests' times, as `measured`'s `timing_unit` says), so two "
+            "of them need not be comparable. `preference_chat` holds the same pairs in TRL's conversational form.",
+            ""]
 
 
 def _trajectory_paragraph(m) -> list[str]:

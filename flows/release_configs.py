@@ -82,6 +82,7 @@ class Measured:
     timing: dict = field(default_factory=dict)
     trajectories_left_out: dict = field(default_factory=dict)  # reason -> trajectories not released
     gpu_steps: list[dict] = field(default_factory=list)  # the records of steps of GPU programs: never timed
+    preference_per_prompt: int = 4  # the bound on pairs per prompt (`release.preference_pairs_per_prompt`)
 
     def rows(self, config: str) -> list[dict]:
         published = [t for t in self.trajectories if t["format"] == "published"]
@@ -119,7 +120,7 @@ def measured_inputs(lake: Path, params, reports: Path | None = None) -> Measured
     trajectories, left_out = release_trajectories(lake, split_of)
     return Measured(effects, pairs, trajectories, machine, model if model.exists() else None, quality,
                     sft_rows(samples, effects, chain_prompt, chain_answer), preference_chat_rows(pairs), timing,
-                    left_out, gpu_steps)
+                    left_out, gpu_steps, per_prompt)
 
 
 def write_measured(folder: Path, measured: Measured, tables: dict) -> None:

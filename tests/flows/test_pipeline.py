@@ -407,6 +407,7 @@ def test_release_has_the_configs_made_of_measurements(tiny_lake):
     for r in config("sft"):  # SFT chosen by measurement: nothing slower, no dead end
         assert r["effect"] == "faster" or r["chain_effect"] == "faster"
         assert r["step_effect"] != "slower"  # not even as the first step of a chain that pays
+        assert r["claim"] != "none"  # its chain of thought gives a reason to make the step
         assert all(by_step[i]["dead_end"] is not True for i in json.loads(r["step_ids"])[:1])
     pairs = config("preference")
     for p in pairs:  # chosen faster than the unmodified program and than the rejected, beyond the intervals
