@@ -201,6 +201,16 @@ def _split_section(samples: pa.Table, splits: dict[str, str], steps: pa.Table | 
     return "\n".join(lines)
 
 
+def _gpu_verification(measured: Measured | None) -> str:
+    """Whether the steps of GPU programs ran on a GPU at all."""
+    if measured is None or not measured.gpu_steps:
+        return "No released step belongs to a program written for a GPU."
+    n, on = len(measured.gpu_steps), measured.verified_on_cuda
+    return (f"Of the {n} released steps of programs written for a GPU (`gpu_steps`), {on} were also run on a GPU "
+            "(CUDA)." if on else f"None of the {n} released steps of programs written for a GPU (`gpu_steps`) was "
+            "run on a GPU: no GPU was present when they were verified.")
+
+
 def _limitations_section(params, samples: pa.Table, steps: pa.Table, programs: pa.Table | None,
                          measured: Measured | None, splits: dict[str, str] | None = None) -> str:
     """What the release does not show, from its own contents."""
@@ -214,8 +224,9 @@ def _limitations_section(params, samples: pa.Table, steps: pa.Table, programs: p
              f"- **Verification on the CPU.** Every released step was verified by running it on target `{target}` "
              "against the original on seeded inputs (a few draws, tolerances per dtype), not proved equivalent. "
              + (f"{gpu_steps} steps of GPU-only strategies ({', '.join(gpu_only)}) were verified on the CPU too "
-                "(LEIR's meaning does not depend on the target); none was run on a GPU."
-                if gpu_only else "No released step is of a GPU-only strategy."),
+                "(LEIR's meaning does not depend on the target). "
+                if gpu_only else "No released step is of a GPU-only strategy. ")
+             + _gpu_verification(measured),
              "- **Effects are measurements of one machine.** The `measured`, `sft`, `preference`, "
              "`preference_chat` and `trajectories` configs and the cost model come from timings of one CPU; another "
              "machine may rank the same steps differently. GPU-target steps have no measured effect (their "

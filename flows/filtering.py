@@ -300,7 +300,7 @@ def _cap_note(sizes: dict[str, int], cap_of, what: str) -> str:
     if not sizes:
         return "did not bind: nothing to cap"
     top = max(sorted(sizes), key=lambda k: sizes[k] / cap_of(k))
-    return f"did not bind: the fullest {what}, {top}, has {sizes[top]} of its cap of {cap_of(top)}"
+    return f"did not bind: the {what} closest to its cap, {top}, has {sizes[top]} of its cap of {cap_of(top)}"
 
 
 def _caps(f: dict) -> dict[str, int]:

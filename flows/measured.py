@@ -9,9 +9,9 @@ timed the release.
   follow-up that was timed pays, or none verified). The released steps of programs written for a
   GPU are `gpu_steps`: the same columns, times and effects null (no GPU timed the build).
 - `sft`: what the clock says is worth teaching, in the chat form: every single-step sample whose
-  step is `faster` and whose chain of thought gives a reason (claim not `none`; never a dead end), every enabling step (not `slower` itself) whose chain
-  is `faster`, and that chain as a two-step sample in the published multi-answer format
-  (`kind = 'chain'`).
+  step is `faster` and whose chain of thought gives a reason (claim not `none`; never a dead end),
+  every enabling step (not `slower` itself) whose chain is `faster` and above the step alone, and that
+  chain as a two-step sample in the published multi-answer format (`kind = 'chain'`).
 - `preference`: DPO pairs of two answers to one prompt: the chosen step `faster` than the unmodified
   program, the rejected one's interval wholly below the chosen one's; `preference_chat` the same
   pairs in TRL's conversational form (prompt, chosen, rejected as message lists).
@@ -145,8 +145,10 @@ def sft_rows(samples: list[dict], measured: list[dict], chain_prompt, chain_answ
         if m is None:
             continue
         # an enabling step slower by itself is never taught, not even inside a chain that pays: slower
-        # steps appear only as `rejected` in `preference`
-        pays = m["chain_effect"] == "faster" and m["claim"] == "enabling" and m["effect"] != "slower"
+        # steps appear only as `rejected` in `preference`; nor a chain whose follow-up loses what the
+        # step gained alone (a tiling at 4.8x, then an unrolling that brings it to 1.8x)
+        pays = m["chain_effect"] == "faster" and m["claim"] == "enabling" and m["effect"] != "slower" \
+            and chain_beats_step(m)
         # a dead end is never taught: its chain of thought justifies it by follow-ups that do not pay;
         # nor a step whose chain of thought claims nothing (`none`: "by itself it does not pay"), however
         # fast it measured: its answer gives no reason to make it, and from 1.2x on it contradicts the clock
@@ -156,6 +158,13 @@ def sft_rows(samples: list[dict], measured: list[dict], chain_prompt, chain_answ
         if pays:  # the chain as a whole is faster, even where its first step alone is only neutral
             out.append(_sft_row(s, (chain_prompt(m), chain_answer(m)), "chain", m))
     return sorted(out, key=lambda r: r["sample_id"])
+
+
+def chain_beats_step(m: dict) -> bool:
+    """Whether the chain's speedup interval lies wholly above its first step's alone (the follow-up
+    adds speed to what the step gives by itself)."""
+    low, high = m.get("chain_speedup_low"), m.get("speedup_high")
+    return low is not None and high is not None and low > high
 
 
 def _sft_row(sample: dict, text: tuple[str, str], kind: str, m: dict) -> dict:
@@ -365,6 +374,8 @@ def chain_figures(rows: list[dict]) -> dict:
     enabling = [r for r in rows if r["claim"] == "enabling" and r["effect"]]
     return {"enabling": len(enabling), "with_chain": sum(r["chain_speedup"] is not None for r in enabling),
             "chain_faster": sum(r["chain_effect"] == "faster" for r in enabling),
+            "taught": sum(r["chain_effect"] == "faster" and r["effect"] != "slower" and chain_beats_step(r)
+                          for r in enabling),
             "dead_end": sum(r["dead_end"] is True for r in enabling),
             "undecided": sum(r["dead_end"] is None for r in enabling)}
 
@@ -382,8 +393,9 @@ PURPOSES = (
     ("gpu_steps", "the records of the released steps of programs written for a GPU (CUDA): `measured`'s columns, "
                   "verified on the CPU, never timed (times, effects and chains null: no GPU timed this build)"),
     ("sft", "SFT chosen by measurement: steps that measured `faster` and whose chain of thought gives a reason "
-            "(claim `benefit` or `enabling`), enabling steps whose chain measured `faster` (and that are not "
-            "`slower` themselves), and those chains as two-step samples, in the chat form with their effect columns"),
+            "(claim `benefit` or `enabling`), never a dead end; enabling steps (not `slower` themselves) whose "
+            "chain measured `faster` and above the step alone; and those chains as two-step samples, in the chat "
+            "form with their effect columns"),
     ("preference", "DPO (TRL's standard form: `prompt`, `chosen`, `rejected` strings): the chosen step is "
                    "`faster` than the unmodified program and its interval lies wholly above the rejected one's"),
     ("preference_chat", "the same pairs in TRL's conversational form (message lists), matching `chat`"),
@@ -410,7 +422,9 @@ def measured_section(m) -> str:
     lines = ["## Measured effects", ""]
     gpu = len(m.gpu_steps)
     gpu_line = (f"{gpu} released steps belong to programs written for a GPU (CUDA): they were verified on the CPU "
-                "(LEIR's semantics do not depend on the target), and on CUDA where a GPU was present, but never "
+                "(LEIR's semantics do not depend on the target)"
+                + (f", {m.verified_on_cuda} of them on CUDA too" if m.verified_on_cuda else
+                   " only (no GPU was present when they were verified)") + ", and never "
                 "timed. Their records are the `gpu_steps` config (`measured`'s columns, times and effects null); "
                 "`measured` and the configs made from it hold the steps of CPU programs only."
                 + _gpu_only_sentence(m)) if gpu else ""
@@ -442,12 +456,16 @@ def _protocol_paragraph(m) -> str:
             "One original program's states were measured in one session, interleaved (round r times every state "
             "once, the order reversed every other round), each sample at least "
             f"{p.get('min_repeat_ms', '?')} ms of back-to-back runs. Rounds: at least {p.get('min_rounds', '?')}, "
-            f"then more while a step's interval is undecided, at most {p.get('max_rounds', '?')}: every timed state "
+            "then more while a step's interval is undecided and wider than "
+            f"{100 * (float(p.get('tight', 1.025)) - 1):.1f}% (an interval already that tight that straddles a "
+            "bound below stays `unresolved`: more rounds would not move it), at most "
+            f"{p.get('max_rounds', '?')} or until the program's session ran out of time: every timed state "
             f"has {t.get('rounds_min')} to {t.get('rounds_max')} rounds (median {t.get('rounds_median'):g}; "
             f"{t.get('at_max_rounds', 0)} of {t.get('rows', 0)} rows reached the cap). **A step's effect comes from "
             f"an interval**: the {100 * float(p.get('level', 0.95)):.0f}% bootstrap interval of its speedup over "
             "the rounds (resampled by round where both states were timed in one session: the speedup is then the "
-            "median of the rounds' before/after). `faster` when the whole interval lies above "
+            "median of the rounds' before/after, so it may differ from `before_us / after_us`, each side's own "
+            "median: compare steps by `speedup`). `faster` when the whole interval lies above "
             f"1 + {margin:.0f}%, `slower` when it lies below 1 / (1 + {margin:.0f}%), `neutral` when it lies within "
             "those bounds, `unresolved` otherwise (never `neutral` by default). **Per nest or whole**: a state's "
             "time is the sum of its top-level nests' times (each nest compiled once for all the states of its "
@@ -536,8 +554,10 @@ def _chains_paragraph(rows: list[dict]) -> list[str]:
             "and timed in the same session; `chain_speedup` is the best such speedup over the step's before-state "
             f"and `chain_step_id` the follow-up that achieved it): {c['chain_faster']} pay (`chain_effect` "
             f"`faster`), {c['dead_end']} are dead ends (`dead_end`: no follow-up pays, every one resolved, or none "
-            f"verified), {c['undecided']} undecided. The two-step chains that pay are in `sft` as samples of the "
-            "published multi-answer format, each answer applied to the one before (`kind = 'chain'`).", ""]
+            f"verified), {c['undecided']} undecided. Of the chains that pay, the {c['taught']} whose first step is not "
+            "`slower` by itself and whose interval lies wholly above that step's own (the follow-up adds speed "
+            "to what the step gives alone) are in `sft` as samples of the published multi-answer format, each "
+            "answer applied to the one before (`kind = 'chain'`).", ""]
 
 
 def _preference_paragraph(m) -> list[str]:
@@ -567,6 +587,13 @@ def _trajectory_paragraph(m) -> list[str]:
             "`speedups_high`, each step's `step_effects`); `search_speedup` is the search's own figure. Each step "
             "has its strategy, `sites` and `params`: `steptp apply STRATEGY STATE --site SITE --params PARAMS` "
             "replays it byte for byte.")
+    below = sum(t["speedups"][-1] < t["best_speedup"] for t in m.trajectories if t["speedups"])
+    slower = sum(e == "slower" for t in m.trajectories for e in t["step_effects"])
+    if below or slower:
+        kept += (f" A trajectory is the search's path to the best state it measured; timed again, {below} of them end "
+                 f"below one of their own earlier states and {slower} of their steps measured `slower` (column "
+                 "`step_effects`): for process supervision, label steps by `step_effects`, not by their place on "
+                 "the path.")
     if left:
         kept += " Not released: " + ", ".join(f"{n} trajectories ({why})" for why, n in left.items()) + "."
     return [kept, ""]

@@ -83,6 +83,7 @@ class Measured:
     trajectories_left_out: dict = field(default_factory=dict)  # reason -> trajectories not released
     gpu_steps: list[dict] = field(default_factory=list)  # the records of steps of GPU programs: never timed
     preference_per_prompt: int = 4  # the bound on pairs per prompt (`release.preference_pairs_per_prompt`)
+    verified_on_cuda: int = 0  # released steps of GPU programs also verified on CUDA (a GPU in the build)
 
     def rows(self, config: str) -> list[dict]:
         published = [t for t in self.trajectories if t["format"] == "published"]
@@ -120,7 +121,15 @@ def measured_inputs(lake: Path, params, reports: Path | None = None) -> Measured
     trajectories, left_out = release_trajectories(lake, split_of)
     return Measured(effects, pairs, trajectories, machine, model if model.exists() else None, quality,
                     sft_rows(samples, effects, chain_prompt, chain_answer), preference_chat_rows(pairs), timing,
-                    left_out, gpu_steps, per_prompt)
+                    left_out, gpu_steps, per_prompt, _verified_on_cuda(lake, gpu_steps))
+
+
+def _verified_on_cuda(lake: Path, steps: list[dict]) -> int:
+    """How many of `steps` have a verification on CUDA in `lake` (a GPU was present when they were verified)."""
+    ids = {r["step_id"] for r in steps}
+    table = read_table(lake, "verifications")
+    return sum(1 for s, t in zip(table.column("step_id").to_pylist(), table.column("target").to_pylist(), strict=True)
+               if t == "cuda" and s in ids)
 
 
 def write_measured(folder: Path, measured: Measured, tables: dict) -> None:

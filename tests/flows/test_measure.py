@@ -153,9 +153,9 @@ def sample(sample_id, prompt, step_ids, split="train"):
 def test_sft_holds_faster_steps_enabling_steps_whose_chain_pays_and_those_chains_never_a_slower_step():
     released = [step(k, "p1", "o", f"a{k}", f"q{k}", claim=c) for k, c in
                 (("fast", "benefit"), ("slow", "benefit"), ("en", "enabling"), ("en_slow", "enabling"),
-                 ("dead", "enabling"), ("flat", "none"), ("dead_fast", "enabling"), ("lucky", "none"))]
+                 ("dead", "enabling"), ("flat", "none"), ("dead_fast", "enabling"), ("lucky", "none"), ("loses", "enabling"))]
     follow = [{**step(f"f-{p}", "p1", "a", "b", f"r{p}", parent=p), "status": "exact"}
-              for p in ("en", "en_slow", "dead", "dead_fast")]
+              for p in ("en", "en_slow", "dead", "dead_fast", "loses")]
     effects = [effect_row("fast", "faster", 2.0, 1.8, 2.2), effect_row("slow", "slower", 0.5, 0.4, 0.6),
                effect_row("en", "neutral", 1.0, 0.98, 1.02), effect_row("en_slow", "slower", 0.8, 0.7, 0.9),
                effect_row("dead", "neutral", 1.0, 0.99, 1.01), effect_row("flat", "neutral", 1.0, 0.99, 1.01),
@@ -164,13 +164,16 @@ def test_sft_holds_faster_steps_enabling_steps_whose_chain_pays_and_those_chains
                effect_row("f-dead", "neutral", 1.0, 0.99, 1.01, kind="chain", parent="dead"),
                effect_row("dead_fast", "faster", 1.5, 1.4, 1.6),  # faster alone, yet justified by a dead end
                effect_row("lucky", "faster", 1.3, 1.2, 1.4),  # faster, but its chain of thought claims nothing
+               effect_row("loses", "faster", 4.8, 4.5, 5.1),  # faster alone; its follow-up gives much of it back
+               effect_row("f-loses", "faster", 1.8, 1.7, 1.9, kind="chain", parent="loses"),
                effect_row("f-dead_fast", "slower", 0.5, 0.4, 0.6, kind="chain", parent="dead_fast")]
     rows = list(measured(released, effects, follow).values())
     samples = [sample(f"x-{s['step_id']}", "P", [s["step_id"]]) for s in released]
     out = sft_rows(samples, rows, lambda m: f"chain prompt {m['step_id']}", lambda m: f"chain answer {m['step_id']}")
     kinds = sorted((r["kind"], json.loads(r["step_ids"])[0]) for r in out)
     # en_slow's chain pays, but its first step alone is slower: neither the step nor the chain is taught
-    assert kinds == [("chain", "en"), ("step", "en"), ("step", "fast")]
+    # loses is taught as a step (faster, a reason), not its chain: the chain pays less than the step alone
+    assert kinds == [("chain", "en"), ("step", "en"), ("step", "fast"), ("step", "loses")]
     assert all(r["effect"] != "slower" for r in out) and "dead" not in str(out) and "lucky" not in str(out)
     chain = next(r for r in out if r["kind"] == "chain" and "en" == json.loads(r["step_ids"])[0])
     assert json.loads(chain["step_ids"]) == ["en", "f-en"] and chain["effect"] == "faster" and chain["speedup"] == 3.0

@@ -408,6 +408,9 @@ def test_release_has_the_configs_made_of_measurements(tiny_lake):
         assert r["effect"] == "faster" or r["chain_effect"] == "faster"
         assert r["step_effect"] != "slower"  # not even as the first step of a chain that pays
         assert r["claim"] != "none"  # its chain of thought gives a reason to make the step
+        if r["kind"] == "chain":  # the follow-up adds speed to what the step gives alone
+            first = by_step[json.loads(r["step_ids"])[0]]
+            assert first["chain_speedup_low"] > first["speedup_high"]
         assert all(by_step[i]["dead_end"] is not True for i in json.loads(r["step_ids"])[:1])
     pairs = config("preference")
     for p in pairs:  # chosen faster than the unmodified program and than the rejected, beyond the intervals
