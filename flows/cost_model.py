@@ -1,13 +1,16 @@
 """The cost_model stage: the offline cost model, learned from every state the build timed.
 
-`search.cost_model.PriorModel` (XGBoost, LEIR-tree features -> log2 µs) is trained on the `timings`
-rows of the machine that measured the release, and saved to `lake/cost_model/model.json` (a DVC
-output, copied into the release): `steptp search` ranks its first proposals by it, before any state
-of the new search is timed. Its ranking quality is measured the honest way, on families it never
-saw: a model trained on the train split's families ranks the test split's states, and
-`reports/cost_model.json` gives the Spearman correlation between predicted and measured times over
-all held-out states and within each held-out program (the ranking a search needs: states of one
-program), beside the number of rows. The split is the filter stage's (`lake/splits`), the one of the samples.
+`search.cost_model.PriorModel` is trained on the `timings` rows of the machine that measured the
+release, and saved to `lake/cost_model/model.json` (a DVC output, copied into the release): a
+regressor (LEIR-tree features -> log2 µs) and a ranker (`rank:pairwise` over the states of each
+program beside their original, `search.cost_model.state_features`); `steptp search` ranks its first
+proposals by the ranker, before any state of the new search is timed. Its ranking quality is
+measured the honest way, on families it never saw: a model trained on the train split's families
+ranks the test split's states, and `reports/cost_model.json` gives the regressor's Spearman
+correlation between predicted and measured times over all held-out states, and within each held-out
+program (the ranking a search needs: states of one program) the ranker's median Spearman and top-1 /
+top-5 recall of the program's fastest state, per family too, beside the regressor's own. The split
+is the filter stage's (`lake/splits`), the one of the samples.
 Beside it, `static_estimate`: how the static estimate the chains of thought reason from ranks the same
 held-out states without any training, the baseline a learned ranking has to beat.
 """
@@ -48,24 +51,58 @@ def spearman(a, b) -> float | None:
     return None if value != value else float(value)  # NaN: a constant side
 
 
-def held_out_quality(rows: list[dict], features, split: dict[str, str], seed: int, programs=None) -> dict:
-    """Train on the train families, rank the test families' states (`ranking_quality`); with the
-    rows' parsed `programs`, also how the static estimate the chains of thought reason from
-    (`strategies.analysis.cost.estimated_cycles`, no training at all) ranks the same states, under
-    `static_estimate`: the baseline a learned model has to beat."""
+def ranking_set(rows: list[dict], states, keep: list[int]):
+    """The ranking model's training data (`search.cost_model.RankingSet`) from the rows `keep` whose
+    program's original was timed: `states` are every row's `state_features`."""
     import math
 
-    from search.cost_model import PriorModel
+    import numpy as np
+
+    from search.cost_model import RankingSet, ranking_matrix
+
+    root = {r["program_id"]: i for i, r in enumerate(rows) if r["state_id"] == r["program_id"]}
+    idx = [i for i in keep if rows[i]["program_id"] in root]
+    roots = [root[rows[i]["program_id"]] for i in idx]
+    matrix = np.vstack([ranking_matrix(states[r], states[i])[0] for i, r in zip(idx, roots, strict=True)]) \
+        if idx else np.zeros((0, 2 * states.shape[1]))
+    speedup = np.array([math.log2(rows[r]["time_us"] / rows[i]["time_us"]) for i, r in zip(idx, roots, strict=True)])
+    return RankingSet(matrix, speedup, [rows[i]["program_id"] for i in idx]), idx
+
+
+def held_out_quality(rows: list[dict], states, split: dict[str, str], seed: int, programs=None) -> dict:
+    """Train on the train families, rank the test families' states (`ranking_quality`): across programs
+    by the regressor's predicted time (`spearman`), within a program by the ranker
+    (`spearman_within_program`, top-k recall, per family; the regressor's own under `regressor`).
+    `states` are the rows' `search.cost_model.state_features`. With the rows' parsed `programs`, also how
+    the static estimate the chains of thought reason from (`strategies.analysis.cost.estimated_cycles`,
+    no training at all) ranks the same states, under `static_estimate`: the baseline a learned model
+    has to beat."""
+    import math
+
+    import xgboost as xgb
+
+    from search.cost_model import FEATURE_NAMES, PriorModel
 
     train = [i for i, r in enumerate(rows) if split.get(r["family"]) == "train"]
     test = [i for i, r in enumerate(rows) if split.get(r["family"]) == "test"]
     if not train or len(test) < MIN_STATES_PER_PROGRAM:
         return {"train_states": len(train), "test_states": len(test), "spearman": None, "spearman_within_program": None}
-    model = PriorModel.train(features[train], [math.log2(rows[i]["time_us"]) for i in train], seed=seed)
+    features = states[:, :len(FEATURE_NAMES)]
+    model = PriorModel.train(features[train], [math.log2(rows[i]["time_us"]) for i in train], seed=seed,
+                             ranking=ranking_set(rows, states, train)[0])
     predicted = model.log2_us(features[test])
     held_out = [{**rows[i], "predicted": float(p)} for p, i in zip(predicted, test, strict=True)]
+    regressor = ranking_quality(held_out)
     out = {"train_states": len(train), "test_states": len(test),
-           "test_families": sorted({r["family"] for r in held_out}), **ranking_quality(held_out)}
+           "test_families": sorted({r["family"] for r in held_out}), **regressor,
+           "regressor": {k: v for k, v in regressor.items() if k != "per_family"}}
+    ranked_set, ranked = ranking_set(rows, states, test)
+    if model.ranker is not None and ranked:
+        score = model.ranker.predict(xgb.DMatrix(ranked_set.matrix, nthread=1))
+        ranker = ranking_quality([{**rows[i], "predicted": -float(s)} for s, i in zip(score, ranked, strict=True)])
+        out.update({k: ranker[k] for k in ("programs_within", "spearman_within_program", "top1_recall", "top5_recall")})
+        out["per_family"] = {f: {**v, "spearman": regressor["per_family"].get(f, {}).get("spearman")}
+                             for f, v in ranker["per_family"].items()}
     if programs is not None:
         static = [{**rows[i], "predicted": static_estimate(programs[i])} for i in test]
         out["static_estimate"] = {k: v for k, v in ranking_quality(static).items() if k != "per_family"}
@@ -126,7 +163,7 @@ def cost_model_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
     import numpy as np
 
     from leir.parse import parse_program
-    from search.cost_model import PriorModel, program_features
+    from search.cost_model import FEATURE_NAMES, PriorModel, state_features
 
     params, lake = Params(raw, profile), Path(lake)
     target = params.verify["target"]
@@ -140,16 +177,18 @@ def cost_model_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
         return out
     rows = sorted(rows, key=lambda r: r["state_id"])
     programs = [parse_program(r["leir"]) for r in rows]
-    features = np.vstack([program_features(p) for p in programs])
+    states = np.vstack([state_features(p) for p in programs])
     split = family_splits(lake)  # the filter stage's split (flows.filtering.split_families)
-    quality = held_out_quality(rows, features, split, params.seed, programs)
+    quality = held_out_quality(rows, states, split, params.seed, programs)
     info = {"machine": json.loads(rows[0]["machine"]), "target": target, "trained_on": "all timed states",
             "families": len({r["family"] for r in rows}), "held_out": quality}
-    PriorModel.train(features, [math.log2(r["time_us"]) for r in rows], seed=params.seed, info=info).save(path)
+    PriorModel.train(states[:, :len(FEATURE_NAMES)], [math.log2(r["time_us"]) for r in rows], seed=params.seed,
+                     info=info, ranking=ranking_set(rows, states, list(range(len(rows))))[0]).save(path)
     _write_report(Path(reports), {**out, "quality": quality})
     say(f"cost_model: {len(rows)} states; held-out families: Spearman {_fmt(quality['spearman'])} over all "
-        f"states, {_fmt(quality['spearman_within_program'])} within a program (median), top-1 / top-5 recall of "
-        f"a program's fastest state {_fmt(quality.get('top1_recall'))} / {_fmt(quality.get('top5_recall'))}"
+        f"states (regressor), {_fmt(quality['spearman_within_program'])} within a program (ranker, median; the "
+        f"regressor's {_fmt((quality.get('regressor') or {}).get('spearman_within_program'))}), top-1 / top-5 "
+        f"recall of a program's fastest state {_fmt(quality.get('top1_recall'))} / {_fmt(quality.get('top5_recall'))}"
         + _static_line(quality.get("static_estimate")))
     return {**out, "spearman": quality["spearman"], "spearman_within_program": quality["spearman_within_program"]}
 

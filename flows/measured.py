@@ -603,14 +603,18 @@ def _cost_model_paragraph(m) -> list[str]:
     if m.cost_model is None:
         return []
     q = m.cost_model_quality or {}
-    return ["`cost_model.json`: the offline cost model (XGBoost over LEIR-tree features -> log2 µs on this machine, "
-            "`search.cost_model.PriorModel.load`), trained on every timed state; `steptp search` starts from it. On "
-            f"families it never saw (trained on the train split's families): Spearman {_num(q.get('spearman'))} "
-            f"between predicted and measured times over {q.get('test_states', 0)} held-out states, "
-            f"{_num(q.get('spearman_within_program'))} within one program (median over "
-            f"{q.get('programs_within', 0)} held-out programs); the fastest measured state of a held-out program "
-            f"is the predicted fastest in {_num(q.get('top1_recall'))} of them and among the predicted five "
-            f"fastest in {_num(q.get('top5_recall'))}." + _static_sentence(q.get("static_estimate")), ""]
+    reg = q.get("regressor") or {}
+    return ["`cost_model.json`: the offline cost model of this machine (`search.cost_model.PriorModel.load`), "
+            "trained on every timed state: a regressor of a state's log2 µs from LEIR-tree features, and a ranker "
+            "(XGBoost `rank:pairwise` over the states of each program beside their original, from the tree "
+            "features and the parts of the static estimate) that `steptp search` starts from. On families it "
+            f"never saw (trained on the train split's families): the regressor's Spearman {_num(q.get('spearman'))} "
+            f"between predicted and measured times over {q.get('test_states', 0)} held-out states (across "
+            f"programs, where size decides most of it); within one program the ranker's median Spearman is "
+            f"{_num(q.get('spearman_within_program'))} over {q.get('programs_within', 0)} held-out programs (the "
+            f"regressor's {_num(reg.get('spearman_within_program'))}), and a program's fastest measured state is "
+            f"the ranker's first in {_num(q.get('top1_recall'))} of them and among its first five in "
+            f"{_num(q.get('top5_recall'))}." + _static_sentence(q.get("static_estimate")), ""]
 
 
 def _static_sentence(q: dict | None) -> str:

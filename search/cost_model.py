@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from leir.analysis import access_strides, element_bytes, statement_sites, tensor_boxes
 from leir.ast import Call, Program, accesses, walk_expr
-from search.analysis import DEFAULT_MACHINE, Machine, log2_speedup
+from search.analysis import DEFAULT_MACHINE, Machine, log2_cycles, log2_speedup
 from search.drivers import Action, Node, Policy
+from strategies.analysis.cost import ESTIMATE, Estimate, estimated_cycles_each
 from strategies.base import Context
 
 DIVERSITY = 0.35  # log2 of predicted speedup a repeated kind of move gives up per earlier one
@@ -38,6 +39,28 @@ FEATURE_NAMES: tuple[str, ...] = (
     + tuple(f"loop{k}_{c}" for k in range(INNER_LOOPS) for c in STRIDE_CLASSES)
     + tuple(f"loop{k}_{kind}" for k in range(INNER_LOOPS) for kind in ("L", "P", "V", "U"))
 )
+
+
+# The static estimate the chains of thought reason from (`strategies.analysis.cost`), whole and
+# under weighings that keep one of its parts: the ranking model learns what each part costs on the
+# machine that measured the lake (its nominal weights are only plausible values).
+_NO_MEMORY = {"l1": 0.0, "l2": 0.0, "memory": 0.0}
+_NO_OVERHEAD = {"loop_entry": 0.0, "nest": 0.0, "parallel_start": 0.0}
+_NO_WORK = {"issue": 1e9, "latency": 0.0}
+ESTIMATE_PARTS: tuple[tuple[str, Estimate], ...] = (
+    ("all", ESTIMATE),
+    ("compute", replace(ESTIMATE, **_NO_MEMORY, **_NO_OVERHEAD)),
+    ("memory", replace(ESTIMATE, **_NO_WORK, **_NO_OVERHEAD)),
+    ("overhead", replace(ESTIMATE, **_NO_WORK, **_NO_MEMORY)),
+    ("latency", replace(ESTIMATE, issue=1e9, **_NO_MEMORY, **_NO_OVERHEAD)),
+    ("one_core", replace(ESTIMATE, cores=1, parallel_start=0.0)),
+    ("flat_cache", replace(ESTIMATE, l1=2.0, l2=2.0, memory=2.0)),
+)
+STATE_FEATURE_NAMES: tuple[str, ...] = (FEATURE_NAMES + tuple(f"log_cycles_{n}" for n, _ in ESTIMATE_PARTS)
+                                        + ("log_cycles_search",))
+# A state beside its program's original: its own features and how each differs from the original's.
+RANKING_FEATURE_NAMES: tuple[str, ...] = STATE_FEATURE_NAMES + tuple(f"delta_{n}" for n in STATE_FEATURE_NAMES)
+RANKER_PARAMS = {"objective": "rank:pairwise", "max_depth": 6, "eta": 0.1, "rounds": 300}
 
 
 def _stride_class(stride: int | None) -> str:
@@ -95,6 +118,52 @@ def program_features(program: Program) -> np.ndarray:
     return np.array([f[n] for n in FEATURE_NAMES], dtype=np.float64)
 
 
+def state_features(program: Program) -> np.ndarray:
+    """`program_features` and the log2 of each static estimate (order: STATE_FEATURE_NAMES)."""
+    cycles = estimated_cycles_each(program, range(len(program.nests)), "llvm", tuple(e for _, e in ESTIMATE_PARTS))
+    return np.concatenate([program_features(program), [math.log2(max(1.0, c)) for c in cycles],
+                           [log2_cycles(program, DEFAULT_MACHINE)]])
+
+
+def ranking_matrix(root: np.ndarray, states: np.ndarray) -> np.ndarray:
+    """The ranking model's rows (RANKING_FEATURE_NAMES): each state's `state_features` and their
+    difference from its original's (`root`)."""
+    states = np.atleast_2d(states)
+    return np.hstack([states, states - root[None, :]])
+
+
+@dataclass(frozen=True)
+class RankingSet:
+    """What the ranking model learns from: `ranking_matrix` rows, each state's measured log2 speedup
+    over its program's original, and the program each belongs to (a query group)."""
+
+    matrix: np.ndarray
+    log2_speedup: np.ndarray
+    groups: list[str]
+
+
+def train_ranker(data: RankingSet, seed: int = 0):
+    """XGBoost `rank:pairwise` over the states of each program (pairs only within a program), and a
+    linear calibration of its score to a log2 speedup over the original (least squares over the
+    training rows: it keeps the order and gives the search a margin in log units)."""
+    import xgboost as xgb
+
+    order = sorted(range(len(data.groups)), key=lambda i: (data.groups[i], i))
+    sizes: list[int] = []
+    for k, i in enumerate(order):
+        if k == 0 or data.groups[i] != data.groups[order[k - 1]]:
+            sizes.append(0)
+        sizes[-1] += 1
+    matrix = xgb.DMatrix(data.matrix[order], label=data.log2_speedup[order], nthread=1)
+    matrix.set_group(sizes)
+    p = RANKER_PARAMS
+    booster = xgb.train({**_booster_params(seed, depth=p["max_depth"], eta=p["eta"]), "objective": p["objective"]},
+                        matrix, num_boost_round=p["rounds"])
+    score = booster.predict(xgb.DMatrix(data.matrix, nthread=1))
+    slope, intercept = np.polyfit(score, data.log2_speedup, 1) if np.ptp(score) > 0 else (0.0, 0.0)
+    return booster, (float(slope), float(intercept))
+
+
 def _features(programs: list[Program] | np.ndarray) -> np.ndarray:
     if isinstance(programs, np.ndarray):
         return programs
@@ -106,25 +175,55 @@ def _booster_params(seed: int, depth: int = 4, eta: float = 0.2) -> dict:
             "min_child_weight": 1.0, "seed": seed, "nthread": 1, "verbosity": 0}
 
 
+MODEL_FORMAT = "steptp-cost-model/2"
+
+
 @dataclass
 class PriorModel:
-    """The offline cost model: an XGBoost regressor of log2(time in µs) of a program state on
-    the machine that measured the lake's timings, trained on every timed state of a build. The search
-    starts from it: before any state of a new search is timed, proposals are ranked by the time it
-    predicts. Saved as one JSON file (the booster and what it was trained on)."""
+    """The offline cost model of the machine that measured the lake's timings, trained on every timed
+    state of a build: `booster`, an XGBoost regressor of log2(time in µs) of a state (it ranks states
+    of different programs: `log2_us`), and `ranker`, an XGBoost `rank:pairwise` model of the states
+    of one program beside their original (`log2_speedup`, calibrated to log2 units). The search
+    starts from the ranker: before any state of a new search is timed, proposals are ranked by the
+    speedup over the original it predicts. Saved as one JSON file (the boosters and what they were
+    trained on)."""
 
     booster: object = field(repr=False)
     info: dict = field(default_factory=dict)
+    ranker: object = field(default=None, repr=False)
+    calibration: tuple[float, float] = (0.0, 0.0)  # log2 speedup = slope * ranker score + intercept
 
     @classmethod
     def train(cls, programs: list[Program] | np.ndarray, log2_us: list[float], seed: int = 0, rounds: int = 200,
-              info: dict | None = None) -> PriorModel:
+              info: dict | None = None, ranking: RankingSet | None = None) -> PriorModel:
+        """The regressor on `programs` (or their `program_features`) and, given `ranking`, the ranker."""
         import xgboost as xgb
 
         x, y = _features(programs), np.asarray(log2_us, dtype=np.float64)
         booster = xgb.train(_booster_params(seed, depth=6, eta=0.1), xgb.DMatrix(x, label=y, nthread=1),
                             num_boost_round=rounds)
-        return cls(booster, {"features": list(FEATURE_NAMES), "rows": len(y), **(info or {})})
+        ranker, calibration = None, (0.0, 0.0)
+        if ranking is not None and len(ranking.groups):
+            ranker, calibration = train_ranker(ranking, seed)
+        extra = {"ranking_features": list(RANKING_FEATURE_NAMES), "ranking_rows": len(ranking.groups),
+                 "ranker": dict(RANKER_PARAMS)} if ranker is not None else {}
+        return cls(booster, {"features": list(FEATURE_NAMES), "rows": len(y), **extra, **(info or {})}, ranker,
+                   calibration)
+
+    def log2_speedup(self, root: Program, programs: list[Program], root_features: np.ndarray | None = None
+                     ) -> np.ndarray:
+        """Predicted log2 speedup of each of `programs` over `root` (higher is faster): the ranker's,
+        or without one the regressor's difference of predicted times."""
+        if not programs:
+            return np.zeros(0)
+        if self.ranker is None:
+            return float(self.log2_us([root])[0]) - self.log2_us(programs)
+        import xgboost as xgb
+
+        base = state_features(root) if root_features is None else root_features
+        rows = ranking_matrix(base, np.vstack([state_features(p) for p in programs]))
+        slope, intercept = self.calibration
+        return slope * self.ranker.predict(xgb.DMatrix(rows, nthread=1)).astype(np.float64) + intercept
 
     def log2_us(self, programs: list[Program] | np.ndarray) -> np.ndarray:
         """Predicted log2 of each program's time in µs (lower is faster)."""
@@ -144,8 +243,9 @@ class PriorModel:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         raw = self.booster.save_raw("json").decode()
-        text = json.dumps({"format": "steptp-cost-model/1", "info": self.info, "booster": json.loads(raw)},
-                          sort_keys=True) + "\n"
+        ranker = json.loads(self.ranker.save_raw("json").decode()) if self.ranker is not None else None
+        text = json.dumps({"format": MODEL_FORMAT, "info": self.info, "booster": json.loads(raw), "ranker": ranker,
+                           "calibration": list(self.calibration)}, sort_keys=True) + "\n"
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
@@ -163,14 +263,23 @@ class PriorModel:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ValueError(f"cannot read the cost model {path}: {e}") from None
-        if not isinstance(data, dict) or data.get("format") != "steptp-cost-model/1":
+        if not isinstance(data, dict) or data.get("format") not in ("steptp-cost-model/1", MODEL_FORMAT):
             raise ValueError(f"{path} is not a steptp cost model")
-        if data.get("info", {}).get("features") != list(FEATURE_NAMES):
+        info = data.get("info", {})
+        ranked = data.get("ranker") is not None
+        if info.get("features") != list(FEATURE_NAMES) or (
+                ranked and info.get("ranking_features") != list(RANKING_FEATURE_NAMES)):
             raise ValueError(f"{path} was trained on other features than this version computes; rebuild it "
                              "(`steptp stage cost_model`)")
-        booster = xgb.Booster(params={"nthread": 1})
-        booster.load_model(bytearray(json.dumps(data["booster"]).encode()))
-        return cls(booster, data["info"])
+
+        def booster(raw: dict):
+            b = xgb.Booster(params={"nthread": 1})
+            b.load_model(bytearray(json.dumps(raw).encode()))
+            return b
+
+        # a model of format 1 (before the ranker) still ranks, by its regressor
+        return cls(booster(data["booster"]), info, booster(data["ranker"]) if ranked else None,
+                   tuple(data.get("calibration") or (0.0, 0.0)))
 
 
 @dataclass
@@ -179,7 +288,9 @@ class CostModel:
     can predict from the start, before this search has timed anything (`set_root`): with a `prior`
     (the offline model learned from the lake) its predicted log speedup over the root, with
     `analytic` the program's own analysis (`search.analysis`: parallel extent, innermost strides,
-    reuse against the caches), with both their weighted mean (`prior_weight` for the lake's model).
+    reuse against the caches), with both their weighted mean (`prior_weight` for the lake's model, 0.5
+    by default). With a prior that has a ranker, the prior's part is the ranker's predicted speedup
+    over the root (the states of one program), else the regressor's predicted times.
     The online booster learns what that starting point gets wrong for this program (it is the margin
     the booster starts from). Without either, the model has no opinion until it is trained."""
 
@@ -188,7 +299,10 @@ class CostModel:
     rounds: int = 60
     prior: PriorModel | None = None
     analytic: bool = False
-    prior_weight: float = 0.5
+    # the prior's share of the starting point: a ranker alone ranks held-out release states better
+    # (median within-program Spearman 0.60 against 0.52 blended), but one trained on the default
+    # profile's few states led the matmul search to 36x where the blend finds 114x
+    prior_weight: float | None = None  # None: 0.5
     machine: Machine | None = None
     features: list[np.ndarray] = field(default_factory=list)
     margins: list[float] = field(default_factory=list)
@@ -197,6 +311,7 @@ class CostModel:
     _booster: object = field(default=None, repr=False)
     _root: Program | None = field(default=None, repr=False)
     _root_log2: float | None = field(default=None, repr=False)
+    _root_features: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def trained(self) -> bool:
@@ -208,6 +323,8 @@ class CostModel:
             self._root = root
             if self.prior is not None:
                 self._root_log2 = float(self.prior.log2_us([root])[0])
+                if self.prior.ranker is not None:
+                    self._root_features = state_features(root)
             self.version += 1
 
     def margin(self, programs: list[Program] | None, x: np.ndarray) -> np.ndarray:
@@ -215,15 +332,22 @@ class CostModel:
         targets): the lake's model and the analysis, weighted; zeros without either."""
         parts, weights = [], []
         if self.prior is not None and self._root_log2 is not None and len(x):
-            parts.append((self._root_log2 - self.prior.log2_us(x)) * math.log(2))
-            weights.append(self.prior_weight if self.analytic else 1.0)
-        if self.analytic and self._root is not None and programs is not None and len(x):
+            if self.prior.ranker is not None and programs is not None:  # the states of one program, ranked
+                parts.append(self.prior.log2_speedup(self._root, programs, self._root_features) * math.log(2))
+            else:
+                parts.append((self._root_log2 - self.prior.log2_us(x)) * math.log(2))
+            weights.append(self._prior_weight() if self.analytic else 1.0)
+        if self.analytic and self._root is not None and programs is not None and len(x) and \
+                (not parts or self._prior_weight() < 1.0):
             machine = self.machine or DEFAULT_MACHINE
+            weights.append(1.0 - self._prior_weight() if parts else 1.0)
             parts.append(np.array([log2_speedup(self._root, p, machine) for p in programs]) * math.log(2))
-            weights.append(1.0 - self.prior_weight if parts[:-1] else 1.0)
         if not parts:
             return np.zeros(len(x))
         return sum(w * p for w, p in zip(weights, parts, strict=True))
+
+    def _prior_weight(self) -> float:
+        return 0.5 if self.prior_weight is None else self.prior_weight
 
     def add(self, program: Program, speedup: float) -> None:
         """One measurement; retrains (a few milliseconds) when enough are known."""

@@ -235,16 +235,19 @@ def make_policy(name: str, seed: int = 0, **options) -> Policy:
     puts the learned cost model (`search.cost_model`) in front: the policy proposes, the model orders
     the proposals. Before the search has timed anything they are ranked by `prior` (a
     `search.cost_model.PriorModel`, the offline model learned from a lake) together with the program's
-    own analysis (`analytic`, on by default; `machine`: a `search.analysis.Machine`)."""
+    own analysis (`analytic`, on by default; `machine`: a `search.analysis.Machine`), weighted by
+    `prior_weight` (`search.cost_model.CostModel`)."""
     ranked = bool(options.pop("ranked", False))
     prior = options.pop("prior", None)
+    prior_weight = options.pop("prior_weight", None)
     analytic = bool(options.pop("analytic", True))
     machine = options.get("machine") if name == "library" else options.pop("machine", None)
     policy = _base_policy(name, seed, options)
     if ranked:
         from search.cost_model import CostModel, RankedPolicy
 
-        return RankedPolicy(policy, CostModel(seed=seed, prior=prior, analytic=analytic, machine=machine))
+        return RankedPolicy(policy, CostModel(seed=seed, prior=prior, analytic=analytic, machine=machine,
+                                              prior_weight=prior_weight))
     return policy
 
 

@@ -257,14 +257,23 @@ ESTIMATE = Estimate()
 def estimated_cycles(program: Program, nests: range, target: str = "llvm", e: Estimate = ESTIMATE) -> float:
     """The estimate of the statements of `program`'s top-level nests in `nests` (CPU model; on a GPU
     target the same weighing, a coarse proxy)."""
+    return estimated_cycles_each(program, nests, target, (e,))[0]
+
+
+def estimated_cycles_each(program: Program, nests: range, target: str, estimates: tuple[Estimate, ...]
+                          ) -> tuple[float, ...]:
+    """`estimated_cycles` under each of `estimates` (the figures of each statement computed once)."""
     shapes = tensor_boxes(program)
-    total, written = 0.0, {}
+    totals, written = [0.0] * len(estimates), {}
     for site in statement_sites(program):
         if site.nest_index in nests:
             here = written.setdefault(site.nest_index, set())
-            total += _statement_cycles(site, shapes, here, target, e)
+            cost = statement_cost(site, shapes, target)
+            for k, e in enumerate(estimates):
+                totals[k] += _statement_cycles(site, shapes, here, target, e, cost)
             here.add(site.stmt.lhs.tensor)
-    return total + e.nest * len(range(len(program.nests))[nests.start:nests.stop])
+    count = len(range(len(program.nests))[nests.start:nests.stop])
+    return tuple(t + e.nest * count for t, e in zip(totals, estimates, strict=True))
 
 
 def _weighted_work(expr, e: Estimate, var: str) -> tuple[float, float, int]:
@@ -313,8 +322,9 @@ def _level(e: Estimate, nbytes: float) -> float:
     return e.l1 if nbytes <= e.l1_bytes else e.l2 if nbytes <= e.l2_bytes else e.memory
 
 
-def _statement_cycles(site, shapes, written_here: set[str], target: str, e: Estimate) -> float:
-    cost = statement_cost(site, shapes, target)
+def _statement_cycles(site, shapes, written_here: set[str], target: str, e: Estimate,
+                      cost: StatementCost | None = None) -> float:
+    cost = cost or statement_cost(site, shapes, target)
     if not site.loops:
         return 1.0
     # the innermost loop that is a loop: the lowering drops loops of one iteration

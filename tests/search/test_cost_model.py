@@ -191,3 +191,28 @@ def test_cost_model_with_a_prior_ranks_before_any_measurement():
     for text, speedup in rows[:6]:  # measurements refine it: the online booster starts from the prior's margin
         model.add(parse_program(text), speedup)
     assert model.trained and model.predict(states).shape == (len(states),)
+
+
+def test_a_prior_with_a_ranker_ranks_another_searchs_states_and_the_search_starts_from_it():
+    """The ranker learns from the states of one search of the matmul beside its original and ranks
+    another search's; the cost model's starting point is half its calibrated speedup, half the analysis."""
+    import math
+
+    from search.analysis import DEFAULT_MACHINE, log2_speedup
+    from search.cost_model import PriorModel, RankingSet, ranking_matrix, state_features
+
+    root = parse_program(MM)
+    train = [(parse_program(t), s) for t, s in recorded("beam_library")]
+    states = np.vstack([state_features(p) for p, _ in train])
+    data = RankingSet(ranking_matrix(state_features(root), states), np.log2([s for _, s in train]),
+                      ["mm"] * len(train))
+    prior = PriorModel.train([p for p, _ in train], [-math.log2(s) for _, s in train], seed=0, ranking=data)
+    assert prior.ranker is not None and prior.info["ranking_rows"] == len(train)
+    test = recorded("mcts_library_model")
+    programs = [parse_program(t) for t, _ in test]
+    predicted = prior.log2_speedup(root, programs)
+    assert spearman(predicted, [s for _, s in test]) > 0.5  # higher predicted speedup = measured faster
+    model = CostModel(seed=0, prior=prior, analytic=True)
+    model.set_root(root)
+    analytic = np.array([log2_speedup(root, p, DEFAULT_MACHINE) for p in programs])
+    assert np.allclose(model.predict(programs), (0.5 * predicted + 0.5 * analytic) * math.log(2))
