@@ -50,7 +50,11 @@ def main() -> int:
     from search.drivers import Budget
     from search.runner import Pools, run_search
 
-    prior = PriorModel.load(args.prior)
+    try:
+        prior = PriorModel.load(args.prior)
+    except ValueError as e:
+        print(f"{e}; build the lake first (make run)")
+        return 1
     if prior.ranker is None:
         print(f"{args.prior} has no ranker: rebuild it with this version (`steptp stage cost_model`)")
         return 1
