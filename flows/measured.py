@@ -614,7 +614,19 @@ def _cost_model_paragraph(m) -> list[str]:
             f"{_num(q.get('spearman_within_program'))} over {q.get('programs_within', 0)} held-out programs (the "
             f"regressor's {_num(reg.get('spearman_within_program'))}), and a program's fastest measured state is "
             f"the ranker's first in {_num(q.get('top1_recall'))} of them and among its first five in "
-            f"{_num(q.get('top5_recall'))}." + _static_sentence(q.get("static_estimate")), ""]
+            f"{_num(q.get('top5_recall'))}." + _family_sentence(q.get("per_family"))
+            + _static_sentence(q.get("static_estimate")), ""]
+
+
+def _family_sentence(per_family: dict | None) -> str:
+    """The ranker's within-program Spearman per held-out family, weakest first: the aggregate hides them."""
+    rows = sorted(((f, v) for f, v in (per_family or {}).items() if v.get("spearman_within_program") is not None),
+                  key=lambda fv: (fv[1]["spearman_within_program"], fv[0]))
+    if not rows:
+        return ""
+    return (" Per held-out family, weakest first (within-program Spearman, programs): "
+            + ", ".join(f"{f} {_num(v['spearman_within_program'])} ({v.get('programs_within', 0)})" for f, v in rows)
+            + ".")
 
 
 def _static_sentence(q: dict | None) -> str:

@@ -222,3 +222,20 @@ def test_effect_rows_of_steps_and_chains_and_a_group_reused_only_whole_from_one_
     assert reusable(group, by_key, cfg) is None   # a comparison is made within one session
     del by_key[("r1", "nest")]
     assert reusable(group, by_key, cfg) is None
+
+
+def test_the_card_gives_the_rankers_figures_beside_the_regressors_and_each_held_out_family_weakest_first():
+    from types import SimpleNamespace
+
+    from flows.measured import _cost_model_paragraph
+
+    family = {"states": 40, "spearman": 0.9, "top1_recall": 0.5, "top5_recall": 1.0}
+    quality = {"spearman": 0.91, "test_states": 100, "spearman_within_program": 0.6, "programs_within": 12,
+               "top1_recall": 0.5, "top5_recall": 0.83, "regressor": {"spearman_within_program": 0.29},
+               "per_family": {"layout": {**family, "spearman_within_program": 0.75, "programs_within": 7},
+                              "indexing": {**family, "spearman_within_program": 0.43, "programs_within": 5},
+                              "tiny": {**family, "spearman_within_program": None, "programs_within": 0}}}
+    text = _cost_model_paragraph(SimpleNamespace(cost_model="cost_model.json", cost_model_quality=quality))[0]
+    assert "the ranker's median Spearman is 0.60 over 12 held-out programs (the regressor's 0.29)" in text
+    assert "weakest first (within-program Spearman, programs): indexing 0.43 (5), layout 0.75 (7)." in text
+    assert "tiny" not in text  # a family with no program of 3 states is not ranked
