@@ -192,11 +192,34 @@ def release_flow(raw: dict, profile: str, lake: str, reports: str, version: str 
     result = {"stage": "release", "version": dev, "path": str(out), "development_of": version}
     if out.exists():  # the same changed data, released as a development version before
         _refuse_damaged(out)
-        return result | {"unchanged": True}
+        if _compare_release(out, lake, dev, inputs, development_of=version)[0]:
+            return result | {"unchanged": True}
+        # the same data with another card or cost model (the code that writes them changed): a
+        # development release is never published, so it is written again, whole
+        _replace_release(lake, dev, inputs, version)
+        say(f"[bold]release[/]: rewrote the development release v{dev} (same data; its card or cost model changed)")
+        return result | {"rewritten": True}
     make_release(lake, dev, inputs, development_of=version)
     say(f"[bold]release[/]: v{version} exists with other contents; wrote the development release v{dev} beside it "
         "(to publish, set release.version in params.yaml to a new version)")
     return result
+
+
+def _replace_release(lake: Path, version: str, inputs: ReleaseInputs, development_of: str) -> None:
+    """Write the development release `version` again in place of the folder it has (kept aside until
+    the new one is whole, and put back when writing it fails)."""
+    out = lake / "releases" / f"v{version}"
+    aside = out.with_name(f".{out.name}.replaced")
+    if aside.exists():  # left by a run that was killed between the two renames
+        _remove_tree(aside)
+    out.rename(aside)
+    try:
+        make_release(lake, version, inputs, development_of=development_of)
+    except BaseException:
+        if not out.exists():
+            aside.rename(out)
+        raise
+    _remove_tree(aside)
 
 
 def _refuse_damaged(folder: Path) -> None:
@@ -212,11 +235,19 @@ RELEASE_DATA_FOLDERS = ("data", "chat", "chat_jsonl", "measured", "gpu_steps", "
                         "preference_chat", "trajectories", "trajectories_fast_exp", "reports")
 
 
-def _compare_release(existing: Path, lake: Path, version: str, inputs: ReleaseInputs) -> tuple[bool, str]:
+def _compare_release(existing: Path, lake: Path, version: str, inputs: ReleaseInputs,
+                     development_of: str | None = None) -> tuple[bool, str]:
     """(whether a rebuild of `version` from the lake is identical to the release folder, the content
     hash of the rebuild's data: every file whose bytes do not name the version)."""
     with tempfile.TemporaryDirectory(dir=lake, prefix=".compare-") as tmp:
-        fresh = make_release(Path(tmp), version, inputs)
+        # the releases before it, as far as a changelog reads them (each one's CHANGELOG.md)
+        mine = parse_version(version, development=True)
+        for earlier in previous_versions(lake / "releases"):
+            if parse_version(earlier) < mine:
+                (Path(tmp) / "releases" / f"v{earlier}").mkdir(parents=True)
+                shutil.copyfile(lake / "releases" / f"v{earlier}" / "CHANGELOG.md",
+                                Path(tmp) / "releases" / f"v{earlier}" / "CHANGELOG.md")
+        fresh = make_release(Path(tmp), version, inputs, development_of=development_of)
         files = sorted(p.relative_to(fresh) for p in fresh.rglob("*") if p.is_file())
         same = files == sorted(p.relative_to(existing) for p in existing.rglob("*") if p.is_file()) and all(
             (fresh / f).read_bytes() == (existing / f).read_bytes() for f in files)

@@ -268,10 +268,11 @@ def test_rerun_reuses_finished_work_and_changes_nothing(tiny_lake):
     assert results[-1].get("unchanged") is True  # the same release again is recognised, not rewritten
 
 
-def test_changed_data_under_the_same_version_makes_a_development_release(tiny_lake, tmp_path):
+def test_changed_data_under_the_same_version_makes_a_development_release(tiny_lake, tmp_path, monkeypatch):
     """Issue 28, finding 7: the data changed and release.version did not (a workload added, `make run`
     again). The default build writes a development release beside the published one, never over it;
-    the same again changes nothing; a version asked for explicitly is refused; a new version publishes."""
+    the same again changes nothing; the same data with another card (new code) rewrites the development
+    release, never the published one; a version asked for explicitly is refused; a new version publishes."""
     import shutil
 
     from flows.pipeline import run_stage
@@ -298,6 +299,16 @@ def test_changed_data_under_the_same_version_makes_a_development_release(tiny_la
     again = run_stage("release", params, lake, reports)
     assert again["version"] == dev and again["unchanged"] is True
     assert sorted(p.name for p in (lake / "releases").iterdir()) == ["v0.1.0", f"v{dev}"]
+    import flows.release
+
+    written = flows.release.card
+    monkeypatch.setattr(flows.release, "card", lambda *a, **k: written(*a, **k) + "\nA sentence of new code.\n")
+    rewritten = run_stage("release", params, lake, reports)
+    assert rewritten["version"] == dev and rewritten.get("rewritten") is True
+    assert (lake / "releases" / f"v{dev}" / "README.md").read_text().endswith("A sentence of new code.\n")
+    assert sorted(p.name for p in (lake / "releases").iterdir()) == ["v0.1.0", f"v{dev}"]
+    assert {p.relative_to(published): p.read_bytes() for p in published.rglob("*") if p.is_file()} == before
+    monkeypatch.setattr(flows.release, "card", written)
     with pytest.raises(ReleaseError, match="exists with other contents"):
         run_stage("release", params, lake, reports, version="0.1.0")
     bumped = load_params(profile="tiny", overrides={"release": {"version": "0.2.0"}})
