@@ -5,7 +5,12 @@ every access along the innermost loop and along the loops above it, reuse (itera
 element), the vector width, the parallel extent, unrolling, local-scope accumulators, how many
 exponentials are computed and whether they are the vectorisable `fast_exp`. Each statement's
 features are weighted by its share of the program's iterations, so the heaviest statement decides.
+`state_features` adds the static estimate of `strategies.analysis.cost` under weighings that each keep
+one of its parts (`ESTIMATE_PARTS`) and the search's analytic estimate.
 
+`PriorModel` is the offline model learned from a lake: a regressor of log2 µs (it ranks programs)
+and a ranker (`rank:pairwise` over the states of each program beside their original, on
+`ranking_matrix` rows), calibrated to a log2 speedup over the original; the search starts from it.
 `CostModel` is an XGBoost regressor of log(root time / state time) trained online on the search's
 own measurements (every verified, timed state); `RankedPolicy` wraps any policy (`library`, `random`,
 `llm`) and yields its proposals best-predicted first, re-ranking the rest whenever the model learned
