@@ -69,19 +69,19 @@ def ranking_set(rows: list[dict], states, keep: list[int]):
     return RankingSet(matrix, speedup, [rows[i]["program_id"] for i in idx]), idx
 
 
-def held_out_quality(rows: list[dict], states, split: dict[str, str], seed: int, programs=None) -> dict:
+def held_out_quality(rows: list[dict], states, split: dict[str, str], seed: int, static: bool = False) -> dict:
     """Train on the train families, rank the test families' states (`ranking_quality`): across programs
     by the regressor's predicted time (`spearman`), within a program by the ranker
     (`spearman_within_program`, top-k recall, per family; the regressor's own under `regressor`).
-    `states` are the rows' `search.cost_model.state_features`. With the rows' parsed `programs`, also how
-    the static estimate the chains of thought reason from (`strategies.analysis.cost.estimated_cycles`,
-    no training at all) ranks the same states, under `static_estimate`: the baseline a learned model
-    has to beat."""
+    `states` are the rows' `search.cost_model.state_features`. With `static`, also how the static
+    estimate the chains of thought reason from (`strategies.analysis.cost.estimated_cycles`, no
+    training at all; its column of `states`) ranks the same states, under `static_estimate`: the
+    baseline a learned model has to beat."""
     import math
 
     import xgboost as xgb
 
-    from search.cost_model import FEATURE_NAMES, PriorModel
+    from search.cost_model import ESTIMATE_PARTS, FEATURE_NAMES, PriorModel
 
     train = [i for i, r in enumerate(rows) if split.get(r["family"]) == "train"]
     test = [i for i, r in enumerate(rows) if split.get(r["family"]) == "test"]
@@ -103,9 +103,10 @@ def held_out_quality(rows: list[dict], states, split: dict[str, str], seed: int,
         out.update({k: ranker[k] for k in ("programs_within", "spearman_within_program", "top1_recall", "top5_recall")})
         out["per_family"] = {f: {**v, "spearman": regressor["per_family"].get(f, {}).get("spearman")}
                              for f, v in ranker["per_family"].items()}
-    if programs is not None:
-        static = [{**rows[i], "predicted": static_estimate(programs[i])} for i in test]
-        out["static_estimate"] = {k: v for k, v in ranking_quality(static).items() if k != "per_family"}
+    if static:
+        column = len(FEATURE_NAMES) + [n for n, _ in ESTIMATE_PARTS].index("all")  # = static_estimate(program)
+        estimated = [{**rows[i], "predicted": float(states[i, column])} for i in test]
+        out["static_estimate"] = {k: v for k, v in ranking_quality(estimated).items() if k != "per_family"}
     return out
 
 
@@ -179,7 +180,7 @@ def cost_model_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
     programs = [parse_program(r["leir"]) for r in rows]
     states = np.vstack([state_features(p) for p in programs])
     split = family_splits(lake)  # the filter stage's split (flows.filtering.split_families)
-    quality = held_out_quality(rows, states, split, params.seed, programs)
+    quality = held_out_quality(rows, states, split, params.seed, static=True)
     info = {"machine": json.loads(rows[0]["machine"]), "target": target, "trained_on": "all timed states",
             "families": len({r["family"] for r in rows}), "held_out": quality}
     PriorModel.train(states[:, :len(FEATURE_NAMES)], [math.log2(r["time_us"]) for r in rows], seed=params.seed,

@@ -123,10 +123,12 @@ def program_features(program: Program) -> np.ndarray:
     return np.array([f[n] for n in FEATURE_NAMES], dtype=np.float64)
 
 
-def state_features(program: Program) -> np.ndarray:
-    """`program_features` and the log2 of each static estimate (order: STATE_FEATURE_NAMES)."""
+def state_features(program: Program, features: np.ndarray | None = None) -> np.ndarray:
+    """`program_features` (`features` where they were computed already) and the log2 of each static
+    estimate (order: STATE_FEATURE_NAMES)."""
     cycles = estimated_cycles_each(program, range(len(program.nests)), "llvm", tuple(e for _, e in ESTIMATE_PARTS))
-    return np.concatenate([program_features(program), [math.log2(max(1.0, c)) for c in cycles],
+    tree = program_features(program) if features is None else features
+    return np.concatenate([tree, [math.log2(max(1.0, c)) for c in cycles],
                            [log2_cycles(program, DEFAULT_MACHINE)]])
 
 
@@ -215,18 +217,20 @@ class PriorModel:
         return cls(booster, {"features": list(FEATURE_NAMES), "rows": len(y), **extra, **(info or {})}, ranker,
                    calibration)
 
-    def log2_speedup(self, root: Program, programs: list[Program], root_features: np.ndarray | None = None
-                     ) -> np.ndarray:
+    def log2_speedup(self, root: Program, programs: list[Program], root_features: np.ndarray | None = None,
+                     features: np.ndarray | None = None) -> np.ndarray:
         """Predicted log2 speedup of each of `programs` over `root` (higher is faster): the ranker's,
-        or without one the regressor's difference of predicted times."""
+        or without one the regressor's difference of predicted times. `root_features` (the root's
+        `state_features`) and `features` (the programs' `program_features`) where known already."""
         if not programs:
             return np.zeros(0)
         if self.ranker is None:
-            return float(self.log2_us([root])[0]) - self.log2_us(programs)
+            return float(self.log2_us([root])[0]) - self.log2_us(programs if features is None else features)
         import xgboost as xgb
 
         base = state_features(root) if root_features is None else root_features
-        rows = ranking_matrix(base, np.vstack([state_features(p) for p in programs]))
+        rows = ranking_matrix(base, np.vstack([state_features(p, None if features is None else features[i])
+                                               for i, p in enumerate(programs)]))
         slope, intercept = self.calibration
         return slope * self.ranker.predict(xgb.DMatrix(rows, nthread=1)).astype(np.float64) + intercept
 
@@ -338,7 +342,7 @@ class CostModel:
         parts, weights = [], []
         if self.prior is not None and self._root_log2 is not None and len(x):
             if self.prior.ranker is not None and programs is not None:  # the states of one program, ranked
-                parts.append(self.prior.log2_speedup(self._root, programs, self._root_features) * math.log(2))
+                parts.append(self.prior.log2_speedup(self._root, programs, self._root_features, x) * math.log(2))
             else:
                 parts.append((self._root_log2 - self.prior.log2_us(x)) * math.log(2))
             weights.append(self._prior_weight() if self.analytic else 1.0)
