@@ -1,9 +1,15 @@
 """The strategy framework: one class per atomic strategy, registered by name (xDSL-style passes).
 
 A strategy enumerates its *sites* in a deterministic order, the meaningful *parameters* at each site,
-and *rewrites* the tree, raising `Illegal` with the reason when a legality check fails. The base
-class turns that into `Transformation` records and drops rewrites whose result is alpha-equivalent
-to the input (a "transformation" that only renames or reprints is not a step).
+*checks* a step (`check`: why it is not legal or cannot help here, or None) and only then *builds*
+the new tree (`build`: surgery only, never a legality decision). The base class turns that into
+`Transformation` records and drops results that are alpha-equivalent to the input (a
+"transformation" that only renames or reprints is not a step), change a dtype, need a reassociation
+the program cannot verify, or leave the format the context admits.
+
+Parameters are typed: each strategy declares a `Params` dataclass (`params_type`), validated from the
+published JSON (`Params.from_json`: an unknown key, a missing one or a wrong type is a reason, never a
+crash) and written back to it (`Params.to_json`: the fields that are set).
 
 A site is a typed match: besides where it is (nest, path, loops, statements, tensors) it carries what
 the strategy found there (`Site.match`, a small frozen `Match`), so that the rewrite works on that
@@ -16,6 +22,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any, ClassVar
+
+from pydantic import ConfigDict, ValidationError
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from leir.analysis import StmtSite, extensions_used, implicit_inits, statement_sites, tensor_table
 from leir.ast import EXTENSION_FNS, Program
@@ -38,13 +47,56 @@ def refuse(reason: str | None) -> None:
         raise Illegal(reason)
 
 
-def refuse_unhelpful(ctx: Context, reason: str | None) -> None:
-    """Refuse a legal step that cannot help (a loop of one iteration made parallel, a copy
-    read once, partial results in global memory inside serial loops), unless the context asks for
-    every legal step (`useful_only=False`: the evaluation recognises a model's step as the strategy
-    it names whether or not it helps)."""
-    if ctx.useful_only:
-        refuse(reason)
+def unhelpful(ctx: Context, reason: str | None) -> str | None:
+    """The reason a legal step cannot help (a loop of one iteration made parallel, a copy read
+    once, partial results in global memory inside serial loops), unless the context asks for every
+    legal step (`useful_only=False`: the evaluation recognises a model's step as the strategy it
+    names whether or not it helps)."""
+    return reason if ctx.useful_only else None
+
+
+# --- typed parameters ---------------------------------------------------------------------------------
+
+PARAMS_CONFIG = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Params:
+    """A strategy's parameters (a pydantic dataclass made by `params_dataclass`). Built from the published JSON
+    with its types checked (`from_json`); written back as the fields that are set, lists as lists
+    (`to_json`), so a record's params survive the round trip unchanged."""
+
+    @classmethod
+    def from_json(cls, data: dict) -> Params:
+        """The typed parameters of `data`; `Illegal` naming what is wrong (an unknown key, a missing
+        one, a value of the wrong type), in the order pydantic reports them."""
+        if not isinstance(data, dict):
+            raise Illegal(f"parameters must be a JSON object, got {type(data).__name__}")
+        try:
+            return cls(**data)
+        except ValidationError as e:
+            problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'parameters'}: {err['msg']}"
+                                 for err in e.errors())
+            expected = ", ".join(f.name for f in fields(cls)) or "none"
+            raise Illegal(f"bad parameters ({problems}; expected: {expected})") from None
+        except TypeError as e:  # a key that is not a valid identifier
+            raise Illegal(f"bad parameters ({e})") from None
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: _copy(v) for f in fields(self) if (v := getattr(self, f.name)) is not None}
+
+
+def _copy(value):
+    return [_copy(v) for v in value] if isinstance(value, (list, tuple)) else value
+
+
+def params_dataclass(cls):
+    """Class decorator: a strategy's `Params` dataclass (frozen, strict types, no unknown keys)."""
+    return pydantic_dataclass(config=PARAMS_CONFIG)(cls)
+
+
+@params_dataclass
+class NoParams(Params):
+    """A strategy whose step has no parameters (`{}`)."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +114,7 @@ class Context:
     # may use: all of them for the toolchain and the search, none for released data unless the
     # profile's `leir_extensions` admits one.
     extensions: tuple[str, ...] = EXTENSION_FNS
-    # Steps that are legal but cannot help (strategies.base.refuse_unhelpful) are not proposed.
+    # Steps that are legal but cannot help (strategies.base.unhelpful) are not proposed.
     useful_only: bool = True
     # Fewest innermost iterations one start of a parallel loop must share among the cores (0: no
     # bound). What pays for a thread pool's start and join is the machine's, not the program's: the
@@ -242,6 +294,8 @@ class Strategy:
     # (transformations per state, variants per site) the search enumerates where more than its
     # defaults: strategies whose every variant is a different schedule worth ranking.
     search_variants: ClassVar[tuple[int, int] | None] = None
+    # The step's parameters: a `Params` dataclass whose JSON is the published one.
+    params_type: ClassVar[type[Params]] = NoParams
 
     @property
     def needs_gpu(self) -> bool:
@@ -259,9 +313,30 @@ class Strategy:
         """The meaningful parameter variants at a site (JSON-able dicts), deterministic order."""
         yield {}
 
-    def rewrite(self, ctx: Context, site: Site, params: dict) -> Rewrite:
-        """The rewritten program; raise `Illegal(reason)` when the step is not legal here."""
-        raise NotImplementedError
+    def check(self, ctx: Context, site: Site, params: Params) -> str | None:
+        """Why the step is not legal here, or cannot help (`unhelpful`); None when it can be built.
+        Analyses only: nothing of the new program is assembled here."""
+        raise NotImplementedError(f"{self.name} states no legality check")
+
+    def build(self, ctx: Context, site: Site, params: Params) -> Rewrite:
+        """The new program of a step that `check` passed, with the facts checked and why it can pay:
+        tree surgery only, never a legality decision."""
+        raise NotImplementedError(f"{self.name} builds nothing")
+
+    def gate(self, ctx: Context, site: Site, params: Params, rewrite: Rewrite) -> str | None:
+        """The rule's own last look at what it built, where only the whole result can say (it
+        validates, keeps its implicit initialisations, shows the strategy's sign): why it is no step,
+        or None. Most rules need none: their check already says why the result is right."""
+        return None
+
+    def rewrite(self, ctx: Context, site: Site, params: dict | Params) -> Rewrite:
+        """`check`, `build`, then the rule's `gate`: the rewritten program; `Illegal(reason)` when the
+        parameters do not parse, the check gives a reason or the gate refuses the result."""
+        typed = params if isinstance(params, Params) else self.params_type.from_json(params)
+        refuse(self.check(ctx, site, typed))
+        rewrite = self.build(ctx, site, typed)
+        refuse(self.gate(ctx, site, typed, rewrite))
+        return rewrite
 
     def promise(self, t: Transformation) -> float:
         """The search's prior of the step `t` of this strategy (higher first)."""

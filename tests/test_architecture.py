@@ -266,3 +266,41 @@ def test_no_function_in_flows_takes_more_than_six_parameters():
                 if count > MAX_FLOW_PARAMETERS:
                     long.append(f"{name}.{node.name}: {count}")
     assert not long, long
+
+
+def _methods(path: Path) -> dict[str, ast.FunctionDef]:
+    """Every method of every class of a module, as `Class.method`."""
+    out = {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef):
+                    out[f"{node.name}.{item.name}"] = item
+    return out
+
+
+def _refuses(fn: ast.FunctionDef) -> bool:
+    """The function raises `Illegal` or calls `refuse` (a legality decision)."""
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Raise) and node.exc is not None and "Illegal" in ast.unparse(node.exc):
+            return True
+        if isinstance(node, ast.Call) and ast.unparse(node.func) in ("refuse", "refuse_unhelpful"):
+            return True
+    return False
+
+
+def test_every_strategy_checks_before_it_builds():
+    """Each registered strategy states its legality in `check` (reasons, never exceptions) and its
+    surgery in `build`; `rewrite` is the base class's check-build-gate and no rule overrides it; no
+    rule module raises `Illegal` or calls `refuse` (the base class turns a reason into the refusal)."""
+    from strategies.base import Strategy
+    from strategies.registry import registered
+
+    for strategy in registered():
+        cls = type(strategy)
+        assert cls.rewrite is Strategy.rewrite, f"{cls.__name__} overrides rewrite"
+        assert cls.check is not Strategy.check, f"{cls.__name__} states no check"
+        assert cls.build is not Strategy.build, f"{cls.__name__} builds nothing"
+    refusing = sorted(f"{name}:{fn.lineno} {qual}" for name in RULES
+                      for qual, fn in _methods(MODULES[name]).items() if _refuses(fn))
+    assert not refusing, refusing

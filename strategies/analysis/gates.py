@@ -1,11 +1,12 @@
-"""The last checks on a rewritten program, before it becomes a step. A rewrite must not change which
-statements are reductions with implicit initialisation (docs/leir.md §4.4) nor start from a clean program
-and end with validation errors. The levels state the first in the form that fits what they move:
+"""The last checks on a rewritten program, before it becomes a step (a rule's `gate`, after its check
+and its build). A rewrite must not change which statements are reductions with implicit initialisation
+(docs/leir.md §4.4) nor start from a clean program and end with validation errors. The levels state the
+first in the form that fits what they move:
 
-- `finish` (the mathematical rules): validates clean when the input did, and, unless the rewrite
-  restructures reductions on purpose (`same_inits=False`), the same statements start from the same
-  identities;
-- `check_inits` (the graph rules that remove, split or move statements): the identities follow the
+- `finish_problem` (the mathematical rules): validates clean when the input did, and, unless the
+  rewrite restructures reductions on purpose (`same_inits=False`), the same statements start from the
+  same identities;
+- `inits_problem` (the graph rules that remove, split or move statements): the identities follow the
   statements to their new positions (`order_map`);
 - `init_profile` (the stacked-tensor rules, which also merge or split the written tensors): the
   identities of the statements writing some tensors, apart from those of the others.
@@ -20,19 +21,20 @@ from functools import lru_cache
 from leir.analysis import implicit_inits, statement_sites
 from leir.ast import Program
 from leir.validate import validate
-from strategies.base import Context, Illegal
+from strategies.base import Context
 
 
-def finish(ctx: Context, program: Program, same_inits: bool = True) -> Program:
-    """The last legality gate for every mathematical rewrite: the result validates clean (when the
-    input did) and no statement gains or loses an implicit initialisation."""
+def finish_problem(ctx: Context, program: Program, same_inits: bool = True) -> str | None:
+    """The last legality gate for every mathematical rewrite: why the result is refused (it does not
+    validate although the input did, or a statement gains or loses an implicit initialisation), or
+    None."""
     if _valid(ctx.program, ctx.signature):
         problems = validate(program, ctx.signature)
         if problems:
-            raise Illegal(f"the result does not validate: {problems[0]}")
+            return f"the result does not validate: {problems[0]}"
     if same_inits and implicit_inits(program, ctx.signature) != ctx.inits:
-        raise Illegal("the rewrite would change which statements get an implicit initialisation")
-    return program
+        return "the rewrite would change which statements get an implicit initialisation"
+    return None
 
 
 @lru_cache(maxsize=256)
@@ -40,13 +42,13 @@ def _valid(program: Program, signature) -> bool:
     return not validate(program, signature)
 
 
-def check_inits(ctx: Context, program: Program, order_map: dict[int, int] | None = None) -> None:
-    """Raise Illegal when a reduction gains or loses its implicit initialisation (docs/leir.md §4.4).
-    `order_map` maps old statement positions to new ones (identity when absent)."""
+def inits_problem(ctx: Context, program: Program, order_map: dict[int, int] | None = None) -> str | None:
+    """Why the result is refused when a reduction gains or loses its implicit initialisation
+    (docs/leir.md §4.4), or None. `order_map` maps old statement positions to new ones (identity when
+    absent)."""
     old, new = ctx.inits, implicit_inits(program, ctx.signature)
     moved = {(order_map or {}).get(k, k): v for k, v in old.items()}
-    if moved != new:
-        raise Illegal("a reduction would gain or lose its implicit initialisation")
+    return None if moved == new else "a reduction would gain or lose its implicit initialisation"
 
 
 def positions_without(ctx: Context, removed: list[int]) -> dict[int, int]:

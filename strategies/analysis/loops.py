@@ -1,8 +1,9 @@
 """Loop transformations more than one rule builds on: splitting a loop, fusing two nests over their
 common loops (graph and operator fusion), factoring a reduction axis (rfactor, and the partial
-results of a vectorised reduction), and the split factors worth trying first. Each raises `Illegal`
-with the reason where the transformation would change a result; the facts and effects the rules
-state about them are built here too, from the records they return, since two rules state them."""
+results of a vectorised reduction), and the split factors worth trying first. Each comes as a
+`..._problem` check (the reason the transformation would change a result, or None) and the surgery
+that a passed check allows; the facts and effects the rules state about them are built here too,
+from the records they return, since two rules state them."""
 from __future__ import annotations
 
 import math
@@ -30,7 +31,7 @@ from strategies.analysis.tree import (
     replace_nests,
     substitute_in_nest,
 )
-from strategies.base import Context, Illegal, refuse
+from strategies.base import Context
 
 # Factors tried first: SIMD widths of float32 (AVX-512, two registers, AVX2) and cache-sized blocks;
 # the enumeration caps of the rules keep the best-placed variants, not the smallest ones.
@@ -114,12 +115,10 @@ class Fusion:
         return "reassociating" if self.contracted else None
 
 
-def fuse_nests(program: Program, i: int, depth: int) -> Fusion:
-    """Nests i and i+1 fused over their first `depth` loops; Illegal when a dependence between
-    them would be reversed or a fused P/V loop would carry one."""
+def _renamed_second(program: Program, i: int, depth: int) -> tuple[Nest, Nest, tuple[Loop, ...]]:
+    """(nest i, nest i+1 with its first `depth` loops named as nest i's and its others renamed apart,
+    the shared loops)."""
     a, b = program.nests[i], program.nests[i + 1]
-    if depth < 1 or depth > common_depth(a, b):
-        raise Illegal("the nests do not share that many loops")
     shared = a.loops[:depth]
     mapping = {lb.var: la.var for la, lb in zip(shared, b.loops[:depth], strict=True)}
     fresh = fresh_indices(program)
@@ -127,14 +126,31 @@ def fuse_nests(program: Program, i: int, depth: int) -> Fusion:
     for lb in b.loops[depth:]:
         if lb.var in taken:
             mapping[lb.var] = fresh.fresh()
-    b = rename_vars_in_nest(b, mapping)
+    return a, rename_vars_in_nest(b, mapping), shared
+
+
+def fusion_problem(program: Program, i: int, depth: int) -> str | None:
+    """Why nests i and i+1 cannot be fused over their first `depth` loops (a dependence between them
+    would be reversed, or a fused P/V loop would carry one), or None."""
+    if depth < 1 or depth > common_depth(program.nests[i], program.nests[i + 1]):
+        return "the nests do not share that many loops"
+    a, b, shared = _renamed_second(program, i, depth)
     first, second = body_statements(a), body_statements(b)
-    refuse(misaligned(first, second, [lp.var for lp in shared]))
+    reason = misaligned(first, second, [lp.var for lp in shared])
+    if reason:
+        return reason
     for lp in shared:
         if lp.kind in ("P", "V"):  # such a loop must stay free of carried dependences (docs/leir.md §4.1)
             why = loop_carries_dependence(first + second, lp.var)
             if why:
-                raise Illegal(f"the fused {lp.kind} loop {lp.var} would carry a dependence: {why}")
+                return f"the fused {lp.kind} loop {lp.var} would carry a dependence: {why}"
+    return None
+
+
+def fuse_nests(program: Program, i: int, depth: int) -> Fusion:
+    """Nests i and i+1 fused over their first `depth` loops (a fusion `fusion_problem` passed)."""
+    a, b, shared = _renamed_second(program, i, depth)
+    first, second = body_statements(a), body_statements(b)
     second_names = {x for s, _ in second for x in [s.lhs.tensor] + [acc.tensor for acc in accesses(s.rhs)]}
     common = tuple(t for t in written_tensors(first) if t in second_names)
     fused = Nest(shared, _fused_part(a, depth) + _fused_part(b, depth))
@@ -193,26 +209,37 @@ class Factored:
     part_op: str         # the operator partials and the combination apply
 
 
-def factor_reduction(ctx: Context, top: int, k: int, factor: int) -> Factored:
-    """The one-statement reduction nest `top` with its reduction loop k factored by `factor`: partial
-    results per inner index into a new tensor, then a short reduction over them."""
+def factor_reduction_problem(ctx: Context, top: int, k: int, factor: int) -> str | None:
+    """Why the reduction loop k of the one-statement nest `top` cannot be factored by `factor`, or
+    None."""
     nest = ctx.program.nests[top]
     stmt, lp = nest.body[0], nest.loops[k]
     op = reduction_op(stmt)
     if lp.extent % factor or not 1 < factor < lp.extent:
-        raise Illegal("the factor must properly divide the extent")
+        return "the factor must properly divide the extent"
     if op is None or lp.var in lhs_vars(stmt):
-        raise Illegal(f"{lp.var} is not a reduction axis of a reduction")
+        return f"{lp.var} is not a reduction axis of a reduction"
     merged = merged_subscript_vars(stmt, nest.loops)
     if merged:
-        raise Illegal(f"{merged[0]} appears in {stmt.lhs.tensor}'s subscript but several of its iterations "
-                      "accumulate into one element: the combining nest cannot run over it")
+        return (f"{merged[0]} appears in {stmt.lhs.tensor}'s subscript but several of its iterations "
+                "accumulate into one element: the combining nest cannot run over it")
     if op in ("+", "-", "*"):
-        refuse(sum_drift_problem(accumulated_terms(stmt, nest.loops), stmt.lhs.dtype, stmt.lhs.tensor,
-                                 ctx.result_code))
-    x = stmt.lhs
-    if any(a.tensor == x.tensor for a in reads_without_self(stmt)):
-        raise Illegal(f"the reduced value reads {x.tensor} elsewhere than as the accumulator")
+        drift = sum_drift_problem(accumulated_terms(stmt, nest.loops), stmt.lhs.dtype, stmt.lhs.tensor,
+                                  ctx.result_code)
+        if drift:
+            return drift
+    if any(a.tensor == stmt.lhs.tensor for a in reads_without_self(stmt)):
+        return f"the reduced value reads {stmt.lhs.tensor} elsewhere than as the accumulator"
+    return None
+
+
+def factor_reduction(ctx: Context, top: int, k: int, factor: int) -> Factored:
+    """The one-statement reduction nest `top` with its reduction loop k factored by `factor`: partial
+    results per inner index into a new tensor, then a short reduction over them (a factoring that
+    `factor_reduction_problem` passed)."""
+    nest = ctx.program.nests[top]
+    stmt, lp = nest.body[0], nest.loops[k]
+    op, x = reduction_op(stmt), stmt.lhs
     split = split_loop(nest, k, factor, fresh_indices(ctx.program).fresh())
     part_op = "+" if op == "-" else op
     y = Access(fresh_tensors(ctx.program, ctx.signature).fresh(), x.dtype, "g", x.indices + (Var(lp.var),))

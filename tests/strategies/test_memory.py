@@ -1,12 +1,14 @@
 """Memory-level strategies: golden before/expected tests and refusals where illegal."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from strategy_cases import assert_golden, ctx, results, sig
 
 from strategies.base import Illegal
 from strategies.registry import get
-from strategies.rules.memory.layout import relaid_copy
+from strategies.rules.memory.layout import LayoutParams, relaid_copy_problem
 
 S2 = sig(("A", [4, 8], "float64", "input"), ("C", [4, 8], "float64", "output"))
 ONE = ("B^{4}_{tx=0}[L^{8}_{a=0}[D^{f64,g}_{tx,a}=exp(A^{f64,g}_{tx,a});];"
@@ -137,8 +139,9 @@ def test_layout_transformation_refuses_bad_copies():
     assert st.apply(c, site, {"copy": "packed", "dim": 1, "factor": 3}) is None     # 3 does not divide 8
     assert st.apply(c, site, {"copy": "packed", "dim": 1, "factor": 8}) is None     # one block: no packing
     assert st.apply(c, site, {"copy": "transposed", "order": [0, 1]}) is None       # the same layout
-    with pytest.raises(Illegal, match="not a known input"):
-        relaid_copy(c, "D", {"copy": "transposed", "order": [1, 0]})                # the output is written
+    assert "not a known input" in relaid_copy_problem(c, "D", LayoutParams(copy="transposed", order=[1, 0]))
+    with pytest.raises(Illegal, match="not a known input"):                          # the output is written
+        st.rewrite(c, replace(site, tensors=("D",)), {"copy": "transposed", "order": [1, 0]})
     assert not any(s.tensors == ("D",) for s in st.sites(c))
 
 

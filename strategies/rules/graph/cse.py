@@ -10,7 +10,7 @@ from leir.printer import format_expr
 from strategies.analysis import recognition as rec
 from strategies.analysis.legality import product_rounds
 from strategies.analysis.tree import fresh_tensors, replace_stmt, vars_in
-from strategies.base import Context, Illegal, Match, Rewrite, Site, Strategy
+from strategies.base import Context, Match, Rewrite, Site, Strategy
 from strategies.registry import register
 
 MAX_CSE = 8
@@ -77,10 +77,13 @@ class CommonSubexpressionElimination(Strategy):
         for found in cse_candidates(ctx):
             yield Site(found.stmts[0].nest_index, stmts=tuple(s.order for s in found.stmts), match=found)
 
-    def rewrite(self, ctx, site, params):
+    def check(self, ctx, site, params):
+        e, stmts = site.match.expr, site.match.stmts
+        return self._range_problem(e, stmts) or self._reuse_problem(ctx, e, stmts)
+
+    def build(self, ctx, site, params):
         e, stmts = site.match.expr, site.match.stmts
         index = self._shared_index(e, stmts)
-        self._check(ctx, e, stmts)
         first = stmts[0]
         t = Access(fresh_tensors(ctx.program, ctx.signature).fresh(), first.stmt.lhs.dtype, "g",
                    tuple(Var(v) for v in index))
@@ -92,34 +95,42 @@ class CommonSubexpressionElimination(Strategy):
         return Rewrite(program, self._facts(e, stmts, index, t, count), self._summary(e, t, count))
 
     def _shared_index(self, e, stmts: tuple[StmtSite, ...]) -> list[str]:
-        """The loops the stored value is indexed by (those it uses, and the non-serial ones), which
-        every use must run over the same ranges; Illegal otherwise."""
+        """The loops the stored value is indexed by (those it uses, and the non-serial ones)."""
+        first = stmts[0]
+        used = set(vars_in(e)) | {lp.var for lp in first.loops if lp.kind != "L"}
+        return [lp.var for lp in first.loops if lp.var in used]
+
+    def _range_problem(self, e, stmts: tuple[StmtSite, ...]) -> str | None:
+        """Why one stored value cannot serve every use: a use that runs the shared index loops over
+        other ranges, sits in another body of the same nest, or computes in another dtype."""
         first = stmts[0]
         kinds = {lp.var: lp for lp in first.loops}
-        used = set(vars_in(e)) | {lp.var for lp in first.loops if lp.kind != "L"}
-        index = [lp.var for lp in first.loops if lp.var in used]
+        index = self._shared_index(e, stmts)
         for s in stmts[1:]:
             theirs = {lp.var: lp for lp in s.loops}
             for v in index:
                 if v not in theirs or (theirs[v].extent, theirs[v].start) != (kinds[v].extent, kinds[v].start):
-                    raise Illegal(f"statement {s.order + 1} does not run loop {v} over the same range")
+                    return f"statement {s.order + 1} does not run loop {v} over the same range"
             same_body = (s.nest_index, s.path[:-1]) == (first.nest_index, first.path[:-1])
             if not (s.nest_index > first.nest_index or same_body):
-                raise Illegal(f"statement {s.order + 1} is in the same nest but another body")
+                return f"statement {s.order + 1} is in the same nest but another body"
             if s.stmt.lhs.dtype != first.stmt.lhs.dtype:
-                raise Illegal("the statements compute in different dtypes")
-        return index
+                return "the statements compute in different dtypes"
+        return None
 
-    def _check(self, ctx, e, stmts) -> None:
+    def _reuse_problem(self, ctx, e, stmts) -> str | None:
+        """Why storing the value would change a result: a product whose fused multiply-add it would
+        prevent, or an operand written between the uses."""
         if is_product(e) and product_rounds(e, stmts[0].stmt.lhs.dtype) and any(
                 contraction_contexts(s.stmt.rhs, e) for s in stmts):
-            raise Illegal("the product is an operand of a sum: storing it would prevent a fused multiply-add "
-                          "and round differently")
+            return ("the product is an operand of a sum: storing it would prevent a fused multiply-add "
+                    "and round differently")
         first, last = stmts[0].nest_index, stmts[-1].nest_index
         operands = {a.tensor for a in accesses(e)}
         for s in ctx.sites:
             if s.stmt.lhs.tensor in operands and first <= s.nest_index <= last:
-                raise Illegal(f"{s.stmt.lhs.tensor}, an operand, is written while the value is reused")
+                return f"{s.stmt.lhs.tensor}, an operand, is written while the value is reused"
+        return None
 
     def _facts(self, e, stmts, index, t, count) -> tuple[str, ...]:
         operands = {a.tensor for a in accesses(e)}

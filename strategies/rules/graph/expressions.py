@@ -8,10 +8,10 @@ from leir.analysis import is_product, reduction_op
 from leir.ast import Access, BinOp, Call, Neg, Nest, Num, Program, Stmt, Var, accesses
 from leir.printer import format_expr
 from strategies.analysis import recognition as rec
-from strategies.analysis.gates import check_inits
+from strategies.analysis.gates import inits_problem
 from strategies.analysis.legality import body_statements, dependence_names, product_rounds
 from strategies.analysis.tree import bands, enclosing_loops, get_item, replace_item, replace_stmt
-from strategies.base import Illegal, Match, Rewrite, Site, Strategy
+from strategies.base import Match, Rewrite, Site, Strategy
 from strategies.registry import register
 
 SPLIT_OPS = ("+", "-", "*", "/")
@@ -41,16 +41,23 @@ class ExpressionSplitting(Strategy):
                     and not (_leaf(rhs.lhs) and _leaf(rhs.rhs))):
                 yield Site(s.nest_index, s.path, stmts=(s.order,), tensors=(s.stmt.lhs.tensor,))
 
-    def rewrite(self, ctx, site, params):
+    def check(self, ctx, site, params):
         s = ctx.sites[site.stmts[0]]
         x, rhs = s.stmt.lhs, s.stmt.rhs
         if any(a.tensor == x.tensor for a in accesses(rhs.rhs)):
-            raise Illegal(f"the right operand reads {x.tensor}")
+            return f"the right operand reads {x.tensor}"
         if rhs.op in ("+", "-") and any(is_product(o) and product_rounds(o, x.dtype) for o in (rhs.lhs, rhs.rhs)):
-            raise Illegal("splitting a product from a sum would prevent a fused multiply-add and round "
-                          "differently")
+            return "splitting a product from a sum would prevent a fused multiply-add and round differently"
+        return None
+
+    def gate(self, ctx, site, params, rewrite):
+        order = site.stmts[0]
+        return inits_problem(ctx, rewrite.program, {k: k + (1 if k > order else 0) for k in range(len(ctx.sites))})
+
+    def build(self, ctx, site, params):
+        s = ctx.sites[site.stmts[0]]
+        x, rhs = s.stmt.lhs, s.stmt.rhs
         program = replace_stmt(ctx.program, s, Stmt(x, rhs.lhs), Stmt(x, BinOp(rhs.op, x, rhs.rhs)))
-        check_inits(ctx, program, {k: k + (1 if k > s.order else 0) for k in range(len(ctx.sites))})
         facts = (f"{x.tensor} holds {format_expr(rhs.lhs)} only between the two statements of one iteration; "
                  "no other statement runs in between",
                  f"the right operand {format_expr(rhs.rhs)} does not read {x.tensor}",
@@ -119,16 +126,21 @@ class ExpressionReorder(Strategy):
             for i in range(len(nest.body) - 1):
                 yield Site(top, path + (i,), match=Swap("items"))
 
-    def rewrite(self, ctx, site, params):
+    def check(self, ctx, site, params):
+        if site.match.swap == "operands":
+            e, _ = value_part(ctx.sites[site.stmts[0]].stmt)
+            return None if _swappable(e) else "no commutative operation with distinct operands"
+        _, first, second, where = self._nests(ctx, site) if site.match.swap == "nests" else self._items(ctx, site)
+        deps = dependence_names(first, second)
+        return f"{where} are not independent: {'; '.join(deps)}" if deps else None
+
+    def gate(self, ctx, site, params, rewrite):
+        return inits_problem(ctx, rewrite.program) if site.match.swap == "operands" else None
+
+    def build(self, ctx, site, params):
         if site.match.swap == "operands":
             return self._operands(ctx, site)
-        if site.match.swap == "nests":
-            program, first, second, where = self._nests(ctx, site)
-        else:
-            program, first, second, where = self._items(ctx, site)
-        deps = dependence_names(first, second)
-        if deps:
-            raise Illegal(f"{where} are not independent: {'; '.join(deps)}")
+        program, _, _, where = self._nests(ctx, site) if site.match.swap == "nests" else self._items(ctx, site)
         facts = (f"{where} share no tensor that either writes: no true, anti or output dependence between them",
                  "so neither can observe the other's effects, in any order")
         summary = (f"Swapping {where} changes the order of independent work, which can bring a producer and "
@@ -153,11 +165,8 @@ class ExpressionReorder(Strategy):
     def _operands(self, ctx, site):
         s = ctx.sites[site.stmts[0]]
         e, rebuild = value_part(s.stmt)
-        if not _swappable(e):
-            raise Illegal("no commutative operation with distinct operands")
         swapped = BinOp(e.op, e.rhs, e.lhs) if isinstance(e, BinOp) else Call(e.fn, (e.args[1], e.args[0]))
         program = replace_stmt(ctx.program, s, Stmt(s.stmt.lhs, rebuild(swapped)))
-        check_inits(ctx, program)
         facts = (f"'{e.op if isinstance(e, BinOp) else e.fn}' is commutative in floating point (IEEE 754 "
                  "results do not depend on the operand order)",
                  "the accumulator form of the statement is unchanged, so its initialisation is too")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from leir.ast import Nest
 from strategies.analysis import recognition as rec
 from strategies.analysis.legality import body_statements, dependence_names, misaligned, read_tensors, written_tensors
-from strategies.analysis.loops import common_depth, contracted_products, fuse_nests, fusion_facts
+from strategies.analysis.loops import common_depth, contracted_products, fuse_nests, fusion_facts, fusion_problem
 from strategies.analysis.tree import bands, enclosing_loops, get_item, replace_item, replace_nests
-from strategies.base import Illegal, Nests, Rewrite, Site, Strategy, refuse
+from strategies.base import Nests, Params, Rewrite, Site, Strategy, params_dataclass
 from strategies.registry import register
 
 
@@ -31,23 +31,34 @@ class OperatorFusion(Strategy):
             if used and common_depth(nests[i], nests[i + 1]):
                 yield Site(i, tensors=tuple(used), match=Nests((i, i + 1)))
 
-    def rewrite(self, ctx, site, params):
+    def check(self, ctx, site, params):
+        if self._deepest(ctx, site) is None:
+            return f"every fusion depth would reverse a dependence on {', '.join(site.tensors)}"
+        return None
+
+    def build(self, ctx, site, params):
+        depth = self._deepest(ctx, site)
+        fusion = fuse_nests(ctx.program, site.nest, depth)
+        program = replace_nests(ctx.program, site.nest, 2, (fusion.nest,))
+        produced = ", ".join(site.tensors)
+        facts = fusion_facts(fusion) + (f"{depth} is the deepest fusion the dependences on {produced} allow",)
+        return Rewrite(program, facts, self._summary(produced, depth), fusion.exactness)
+
+    def _deepest(self, ctx, site) -> int | None:
+        """The deepest fusion of the site's nests that reverses no dependence, or None."""
         a, b = ctx.program.nests[site.nest], ctx.program.nests[site.nest + 1]
-        for depth in range(common_depth(a, b), 0, -1):
-            try:
-                fusion = fuse_nests(ctx.program, site.nest, depth)
-            except Illegal:
-                continue
-            program = replace_nests(ctx.program, site.nest, 2, (fusion.nest,))
-            produced = ", ".join(site.tensors)
-            facts = fusion_facts(fusion) + (f"{depth} is the deepest fusion the dependences on {produced} allow",)
-            return Rewrite(program, facts, self._summary(produced, depth), fusion.exactness)
-        raise Illegal(f"every fusion depth would reverse a dependence on {', '.join(site.tensors)}")
+        return next((d for d in range(common_depth(a, b), 0, -1)
+                     if fusion_problem(ctx.program, site.nest, d) is None), None)
 
     def _summary(self, produced: str, depth: int) -> str:
         return (f"The producer of {produced} and its consumer run in one loop nest over "
                 f"{depth} shared loop{'s' if depth > 1 else ''}: {produced} is consumed right after it is "
                 "produced, while it is still in cache, and one pass over memory disappears.")
+
+
+@params_dataclass
+class FissionParams(Params):
+    at: int   # the body items before it stay in the first nest
 
 
 @register
@@ -57,6 +68,7 @@ class OperatorFission(Strategy):
     exactness = "exact"
     description = "Split a nest whose body does several things into two nests with the same loops."
     enables = ("loop_parallelization", "loop_vectorization", "loop_binding", "loop_reorder")
+    params_type = FissionParams
 
     def recognizes(self, before, after, signature):
         """More top-level nests, no statement lost."""
@@ -72,13 +84,23 @@ class OperatorFission(Strategy):
         for i in range(1, len(nest.body)):
             yield {"at": i}
 
-    def rewrite(self, ctx, site, params):
+    def check(self, ctx, site, params):
         nest = get_item(ctx.program, site.nest, site.path)
-        i = params["at"]
+        if not 1 <= params.at < len(nest.body):
+            return f"the nest's body has {len(nest.body)} items: it is split after item 1 to {len(nest.body) - 1}"
+        head, tail, first, second = self._parts(ctx, site, params.at)
+        return misaligned(first, second, [lp.var for lp in nest.loops])
+
+    def _parts(self, ctx, site, i: int):
+        nest = get_item(ctx.program, site.nest, site.path)
         outer = enclosing_loops(ctx.program, site.nest, site.path)
         head, tail = Nest(nest.loops, nest.body[:i]), Nest(nest.loops, nest.body[i:])
-        first, second = body_statements(head, outer), body_statements(tail, outer)
-        refuse(misaligned(first, second, [lp.var for lp in nest.loops]))
+        return head, tail, body_statements(head, outer), body_statements(tail, outer)
+
+    def build(self, ctx, site, params):
+        nest = get_item(ctx.program, site.nest, site.path)
+        i = params.at
+        head, tail, first, second = self._parts(ctx, site, i)
         program = replace_item(ctx.program, site.nest, site.path, (head, tail))
         contracted = contracted_products(first, second)
         return Rewrite(program, self._facts(dependence_names(first, second), contracted),

@@ -8,10 +8,10 @@ from leir.analysis import StmtSite, contraction_contexts, is_product
 from leir.ast import Access, Var, map_stmt
 from leir.printer import format_expr
 from strategies.analysis import recognition as rec
-from strategies.analysis.gates import check_inits, positions_without
+from strategies.analysis.gates import inits_problem, positions_without
 from strategies.analysis.legality import iterations, product_rounds, stmt_reads
 from strategies.analysis.tree import remove_items, replace_stmt, substitute_vars
-from strategies.base import Context, Illegal, Match, Rewrite, Site, Strategy
+from strategies.base import Context, Match, Params, Rewrite, Site, Strategy, params_dataclass
 from strategies.registry import register
 
 
@@ -40,48 +40,59 @@ class Inlinable(Match):
         return {}  # the site's statements are the producer and its readers
 
 
-def inline_candidate(ctx: Context, tensor: str) -> Inlinable:
-    """The single producer and the readers of an intermediate that can be inlined, else Illegal."""
+def inline_problem(ctx: Context, tensor: str) -> str | None:
+    """Why the intermediate cannot be inlined (no single pure producer, a reader that would compute
+    otherwise), or None."""
     info = ctx.tensors.get(tensor)
     if info is None or info.known:
-        raise Illegal(f"{tensor} is a known tensor")
+        return f"{tensor} is a known tensor"
     ws = writers(ctx, tensor)
     if len(ws) != 1:
-        raise Illegal(f"{tensor} is written by {len(ws)} statements")
+        return f"{tensor} is written by {len(ws)} statements"
     w = ws[0]
-    _check_producer(ctx, tensor, w)
+    problem = _producer_problem(tensor, w)
+    if problem:
+        return problem
     rs = readers(ctx, tensor)
     if not rs:
-        raise Illegal(f"nothing reads {tensor}")
-    for r in rs:
-        _check_reader(tensor, w, r)
+        return f"nothing reads {tensor}"
+    problem = next((p for r in rs if (p := _reader_problem(tensor, w, r))), None)
+    if problem:
+        return problem
     for a in stmt_reads(w.stmt):
         for other in writers(ctx, a.tensor):
             if other.nest_index >= w.nest_index:
-                raise Illegal(f"{a.tensor}, an operand of {tensor}, is written in or after the producer's nest")
-    return Inlinable(w, tuple(rs))
+                return f"{a.tensor}, an operand of {tensor}, is written in or after the producer's nest"
+    return None
 
 
-def _check_producer(ctx: Context, tensor: str, w: StmtSite) -> None:
+def inline_candidate(ctx: Context, tensor: str) -> Inlinable:
+    """The single producer and the readers of an intermediate that `inline_problem` passed."""
+    return Inlinable(writers(ctx, tensor)[0], tuple(readers(ctx, tensor)))
+
+
+def _producer_problem(tensor: str, w: StmtSite) -> str | None:
     lhs = w.stmt.lhs
     ix_vars = [ix.name for ix in lhs.indices if isinstance(ix, Var)]
     if len(ix_vars) != len(lhs.indices) or len(set(ix_vars)) != len(ix_vars):
-        raise Illegal(f"{tensor} is not written at plain, distinct loop indices")
+        return f"{tensor} is not written at plain, distinct loop indices"
     if set(ix_vars) != {lp.var for lp in w.loops}:
-        raise Illegal(f"{tensor} is written repeatedly (a loop of its producer is not in its subscript)")
+        return f"{tensor} is written repeatedly (a loop of its producer is not in its subscript)"
     if any(a.tensor == tensor for a in stmt_reads(w.stmt)):
-        raise Illegal(f"{tensor} is an update, not a pure function of its indices")
+        return f"{tensor} is an update, not a pure function of its indices"
+    return None
 
 
-def _check_reader(tensor: str, w: StmtSite, r: StmtSite) -> None:
+def _reader_problem(tensor: str, w: StmtSite, r: StmtSite) -> str | None:
     if is_product(w.stmt.rhs) and product_rounds(w.stmt.rhs, w.stmt.lhs.dtype) and any(
             contraction_contexts(r.stmt.rhs, a) for a in stmt_reads(r.stmt) if a.tensor == tensor):
-        raise Illegal(f"inlining the product {tensor} into a sum would let the compiler fuse a "
-                      "multiply-add and round differently")
+        return (f"inlining the product {tensor} into a sum would let the compiler fuse a "
+                "multiply-add and round differently")
     if r.nest_index <= w.nest_index:
-        raise Illegal(f"statement {r.order + 1} reads {tensor} inside its producer's nest")
+        return f"statement {r.order + 1} reads {tensor} inside its producer's nest"
     if r.stmt.lhs.dtype != w.stmt.lhs.dtype:
-        raise Illegal(f"statement {r.order + 1} computes in {r.stmt.lhs.dtype}, {tensor} is {w.stmt.lhs.dtype}")
+        return f"statement {r.order + 1} computes in {r.stmt.lhs.dtype}, {tensor} is {w.stmt.lhs.dtype}"
+    return None
 
 
 def inliner(tensor: str, w: StmtSite):
@@ -96,6 +107,11 @@ def inliner(tensor: str, w: StmtSite):
     return fn
 
 
+@params_dataclass
+class InlineParams(Params):
+    into: int | str   # "all" (every reader; the producer goes), or one reading statement (1-based)
+
+
 @register
 class ComputeInline(Strategy):
     name = "compute_inline"
@@ -103,6 +119,7 @@ class ComputeInline(Strategy):
     exactness = "exact"
     description = "Replace reads of an elementwise intermediate by the expression that computes it."
     search_prior = 6.5
+    params_type = InlineParams
 
     def recognizes(self, before, after, signature):
         """An intermediate no longer written and fewer statements (inlined into every reader), or
@@ -120,10 +137,9 @@ class ComputeInline(Strategy):
         for name, info in ctx.tensors.items():
             if info.known:
                 continue
-            try:
-                found = inline_candidate(ctx, name)
-            except Illegal:
+            if inline_problem(ctx, name):
                 continue
+            found = inline_candidate(ctx, name)
             yield Site(found.producer.nest_index, tensors=(name,), match=found,
                        stmts=(found.producer.order,) + tuple(dict.fromkeys(r.order for r in found.readers)))
 
@@ -132,19 +148,30 @@ class ComputeInline(Strategy):
         for order in site.stmts[1:]:
             yield {"into": order + 1}
 
-    def rewrite(self, ctx, site, params):
-        tensor, w, into = site.tensors[0], site.match.producer, params["into"]
-        chosen = site.match.readers if into == "all" else [r for r in site.match.readers if r.order + 1 == into]
-        if not chosen:
-            raise Illegal(f"statement {into} does not read {tensor}")
+    def _chosen(self, site, into) -> list[StmtSite]:
+        return list(site.match.readers) if into == "all" else [r for r in site.match.readers if r.order + 1 == into]
+
+    def check(self, ctx, site, params):
+        if isinstance(params.into, str) and params.into != "all":
+            return f"into is \"all\" or a statement number, got {params.into!r}"
+        if not self._chosen(site, params.into):
+            return f"statement {params.into} does not read {site.tensors[0]}"
+        return None
+
+    def build(self, ctx, site, params):
+        tensor, w, into = site.tensors[0], site.match.producer, params.into
+        chosen = self._chosen(site, into)
         program = ctx.program
         for r in chosen:
             program = replace_stmt(program, r, map_stmt(r.stmt, inliner(tensor, w)))
         removed = into == "all"
         if removed:
             program = remove_items(program, [site_key(w)])
-        check_inits(ctx, program, positions_without(ctx, [w.order] if removed else []))
         return Rewrite(program, self._facts(tensor, w, chosen), self._summary(tensor, w, chosen, removed))
+
+    def gate(self, ctx, site, params, rewrite):
+        removed = [site.match.producer.order] if params.into == "all" else []
+        return inits_problem(ctx, rewrite.program, positions_without(ctx, removed))
 
     def _facts(self, tensor, w, chosen) -> tuple[str, ...]:
         targets = ", ".join(str(r.order + 1) for r in chosen)
@@ -209,17 +236,21 @@ class DeadCodeElimination(Strategy):
         if len(dead) > 1:
             yield Site(0, tensors=tuple(dead), match=AllDead())
 
-    def rewrite(self, ctx, site, params):
+    def check(self, ctx, site, params):
         live = live_tensors(ctx)
         doomed = set(site.tensors)
         if doomed & live or any(ctx.tensors[t].known for t in doomed):
-            raise Illegal("a tensor of the site is live")
+            return "a tensor of the site is live"
         for s in ctx.sites:
             if s.stmt.lhs.tensor not in doomed and any(a.tensor in doomed for a in stmt_reads(s.stmt)):
-                raise Illegal(f"statement {s.order + 1} still reads {', '.join(sorted(doomed))}")
+                return f"statement {s.order + 1} still reads {', '.join(sorted(doomed))}"
+        if not any(s.stmt.lhs.tensor in doomed for s in ctx.sites):
+            return "nothing to remove"
+        return None
+
+    def build(self, ctx, site, params):
+        doomed = set(site.tensors)
         gone = [s for s in ctx.sites if s.stmt.lhs.tensor in doomed]
-        if not gone:
-            raise Illegal("nothing to remove")
         program = remove_items(ctx.program, [site_key(s) for s in gone])
         names = ", ".join(sorted(doomed, key=list(ctx.tensors).index))
         return Rewrite(program, self._facts(names, len(doomed)), self._summary(names, gone))

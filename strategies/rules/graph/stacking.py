@@ -17,7 +17,9 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import Literal
 
+from leir.analysis import tensor_table
 from leir.ast import Access, Loop, Nest, Num, Program, Stmt, Var
 from strategies.analysis import recognition as rec
 from strategies.analysis.gates import init_profile
@@ -46,10 +48,20 @@ from strategies.analysis.stacked import (
     value_uses,
 )
 from strategies.analysis.tree import fresh_indices, fresh_tensors, map_accesses, replace_nests
-from strategies.base import Context, Illegal, Match, Nests, Rewrite, Site, Strategy, refuse
+from strategies.base import Context, Match, Nests, Params, Rewrite, Site, Strategy, params_dataclass
 from strategies.registry import register
 
 # --- tensor_concat_to_fuse_operators ------------------------------------------------------------------
+
+
+@params_dataclass
+class StackParams(Params):
+    form: str   # stacked_operands or stacked_results (strategies.analysis.stacked.forms)
+
+
+def _new_tensors(ctx: Context, program: Program) -> set[str]:
+    """The tensors of `program` that the context's program does not have."""
+    return set(tensor_table(program, ctx.signature)) - set(ctx.tensors)
 
 
 @register
@@ -59,6 +71,7 @@ class TensorConcatToFuseOperators(Strategy):
     exactness = "exact"
     description = ("Compute independent operators of one input that have the same loops in one nest, "
                    "into one stacked tensor (from concatenated operands, e.g. QKV = X @ [Wq;Wk;Wv]).")
+    params_type = StackParams
 
     def recognizes(self, before, after, signature):
         """Two or more intermediates of one shape are gone and a new intermediate has that shape
@@ -82,9 +95,20 @@ class TensorConcatToFuseOperators(Strategy):
         for form in forms(ctx, [aligned_part(anchor, ctx.program.nests[p]) for p in parts]):
             yield {"form": form}
 
-    def rewrite(self, ctx, site, params):
-        parts, form = list(site.match.nests), params["form"]
-        stmts = self._parts(ctx, parts, form)
+    def check(self, ctx, site, params):
+        parts = list(site.match.nests)
+        problem = self._parts_problem(ctx, parts, params.form)
+        if problem or params.form != "stacked_operands":
+            return problem
+        return self._operands_problem(ctx, self._stmts(ctx, parts))
+
+    def gate(self, ctx, site, params, rewrite):
+        outs = [s.lhs.tensor for s in self._stmts(ctx, list(site.match.nests))]
+        return self._inits_problem(ctx, rewrite.program, outs, _new_tensors(ctx, rewrite.program), params.form)
+
+    def build(self, ctx, site, params):
+        parts, form = list(site.match.nests), params.form
+        stmts = self._stmts(ctx, parts)
         anchor = ctx.program.nests[parts[0]]
         outs = [s.lhs.tensor for s in stmts]
         names = fresh_tensors(ctx.program, ctx.signature)
@@ -99,27 +123,40 @@ class TensorConcatToFuseOperators(Strategy):
         program = replace_nests(Program(tuple(kept)), first, 1, new)
         # No part reads another's result, so the old results occur only in their readers now.
         program = map_accesses(program, {o: (lambda a, k=k: stacked(result, a, Num(k))) for k, o in enumerate(outs)})
-        self._check_inits(ctx, program, outs, result, operands, form)
         return Rewrite(program, self._facts(ctx, parts, outs, result, operands, form),
                        self._summary(anchor, parts, outs, result, form))
 
-    def _parts(self, ctx: Context, parts: list[int], form: str) -> list[Stmt]:
-        """The parts' statements in the first part's loop variables; Illegal where they cannot be
-        stacked in `form`."""
+    def _stmts(self, ctx: Context, parts: list[int]) -> list[Stmt]:
+        """The parts' statements in the first part's loop variables."""
+        anchor = ctx.program.nests[parts[0]]
+        return [aligned_part(anchor, ctx.program.nests[p]) for p in parts]
+
+    def _parts_problem(self, ctx: Context, parts: list[int], form: str) -> str | None:
+        """Why the parts cannot be stacked in `form`, or None."""
         nests = ctx.program.nests
         if len(parts) < 2 or len(parts) > MAX_PARTS or any(part_output(ctx, nests[p]) is None for p in parts):
-            raise Illegal("each part must be a one-statement nest writing its own intermediate")
+            return "each part must be a one-statement nest writing its own intermediate"
         anchor = nests[parts[0]]
         if not all(same_loops(anchor, nests[p]) for p in parts):
-            raise Illegal("the parts do not run the same loops")
-        stmts = [aligned_part(anchor, nests[p]) for p in parts]
+            return "the parts do not run the same loops"
+        stmts = self._stmts(ctx, parts)
         infos = [ctx.tensors[s.lhs.tensor] for s in stmts]
         if len({(i.shape, i.dtype, i.scope) for i in infos}) != 1:
-            raise Illegal("the parts' results differ in shape, dtype or scope")
+            return "the parts' results differ in shape, dtype or scope"
         if form not in forms(ctx, stmts):
-            raise Illegal(f"the parts cannot be stacked as {form}")
-        refuse(independent(ctx, parts))
-        return stmts
+            return f"the parts cannot be stacked as {form}"
+        return independent(ctx, parts)
+
+    def _operands_problem(self, ctx, stmts) -> str | None:
+        """Why the operands that differ between the parts cannot be stacked (they differ in shape)."""
+        _, base = template(stmts[0])
+        per_part = [template(s)[1] for s in stmts]
+        for i, a in enumerate(base):
+            column = [slots[i] for slots in per_part]
+            if a.tensor != OUT and len({c.tensor for c in column}) > 1 \
+                    and len({ctx.tensors[c.tensor].shape for c in column}) != 1:
+                return f"the operands {', '.join(c.tensor for c in column)} differ in shape"
+        return None
 
     def _operands(self, ctx, anchor, stmts, result, names):
         """(copy nests + the stacked nest, [(stacked operand, its sources)]) for `stacked_operands`."""
@@ -134,9 +171,6 @@ class TensorConcatToFuseOperators(Strategy):
             elif len({c.tensor for c in column}) == 1:
                 values.append(a)
             else:
-                shapes = {ctx.tensors[c.tensor].shape for c in column}
-                if len(shapes) != 1:
-                    raise Illegal(f"the operands {', '.join(c.tensor for c in column)} differ in shape")
                 name = names.fresh()
                 copies.append(copy_nest(ctx, name, column))
                 operands.append((name, [c.tensor for c in column]))
@@ -146,13 +180,16 @@ class TensorConcatToFuseOperators(Strategy):
         merged = Nest((Loop("L", len(stmts), g),) + anchor.loops, (body,))
         return tuple(copies) + (merged,), operands
 
-    def _check_inits(self, ctx, program, outs, result, operands, form):
+    def _inits_problem(self, ctx, program, outs, new, form) -> str | None:
+        """Why the stacked program changes an implicit initialisation (`new`: the stacked result and
+        operands), or None."""
         old_others, old_own = init_profile(ctx.program, ctx, set(outs))
-        new_others, new_own = init_profile(program, ctx, {result} | {name for name, _ in operands})
+        new_others, new_own = init_profile(program, ctx, new)
         new_own = [v for v in new_own if v is not None] if form == "stacked_operands" else new_own
         want = ([old_own[0]] if old_own[0] is not None else []) if form == "stacked_operands" else old_own
         if old_others != new_others or new_own != want or len(set(old_own)) != 1:
-            raise Illegal("a reduction would gain or lose its implicit initialisation")
+            return "a reduction would gain or lose its implicit initialisation"
+        return None
 
     def _facts(self, ctx, parts, outs, result, operands, form):
         nests = ", ".join(str(p + 1) for p in parts)
@@ -209,6 +246,14 @@ class LiteralParts(Match):
         return {"form": "literal", "parts": list(self.parts)}
 
 
+@params_dataclass
+class SplitPartsParams(Params):
+    """`parts: all` splits every part off; `part: k` only part k (of three or more)."""
+
+    parts: Literal["all"] | None = None
+    part: int | None = None
+
+
 @register
 class TensorSplitToDecoupleOperators(Strategy):
     name = "tensor_split_to_decouple_operators"
@@ -217,6 +262,7 @@ class TensorSplitToDecoupleOperators(Strategy):
     description = ("Split a tensor stacked on a leading index into one tensor per part (and a nest that "
                    "loops over the parts into one nest per part), so each consumer depends only on its part.")
     enables = ("compute_inline", "dead_code_elimination", "operator_fusion")
+    params_type = SplitPartsParams
 
     def recognizes(self, before, after, signature):
         """New intermediates of a shape that a stacked intermediate has with one more axis, which is
@@ -252,19 +298,43 @@ class TensorSplitToDecoupleOperators(Strategy):
             for k in site.match.parts:
                 yield {"part": k}
 
-    def rewrite(self, ctx, site, params):
+    def check(self, ctx, site, params):
         tensor = site.tensors[0]
-        loop_form = isinstance(site.match, LoopParts)
-        work, facts, pieces = self._unroll(ctx, site, tensor) if loop_form else (ctx, [], 1)
+        if (params.parts is None) == (params.part is None):
+            return "a split names every part (parts: all) or one part (part: k)"
+        if isinstance(site.match, LoopParts):
+            problem = self._loop_problem(ctx, site, tensor)
+            if problem:
+                return problem
+        work = self._unroll(ctx, site, tensor)[0] if isinstance(site.match, LoopParts) else ctx
         parts = literal_parts(work, tensor)
         if parts is None or len(parts) < 2:
-            raise Illegal(f"{tensor} is not accessed only at literal leading indices")
-        chosen = parts if params.get("parts") == "all" else [params["part"]]
+            return f"{tensor} is not accessed only at literal leading indices"
+        chosen = self._chosen(parts, params)
         if any(k not in parts for k in chosen):
-            raise Illegal(f"{tensor} has no part {chosen}")
+            return f"{tensor} has no part {chosen}"
         read_parts = {literal_index(a.indices[0]) for _, a, w in all_accesses(work, tensor) if not w}
         if not read_parts <= set(parts):
-            raise Illegal(f"{tensor} is read at a part that is never written")
+            return f"{tensor} is read at a part that is never written"
+        return None
+
+    def _chosen(self, parts: list[int], params: SplitPartsParams) -> list[int]:
+        return parts if params.parts == "all" else [params.part]
+
+    def gate(self, ctx, site, params, rewrite):
+        tensor = site.tensors[0]
+        pieces = self._unroll(ctx, site, tensor)[2] if isinstance(site.match, LoopParts) else 1
+        old_others, old_own = init_profile(ctx.program, ctx, {tensor})
+        new_others, new_own = init_profile(rewrite.program, ctx, {tensor, *_new_tensors(ctx, rewrite.program)})
+        if old_others != new_others or new_own != old_own * pieces:  # the loop form: one writer per part now
+            return "a reduction would gain or lose its implicit initialisation"
+        return None
+
+    def build(self, ctx, site, params):
+        tensor = site.tensors[0]
+        loop_form = isinstance(site.match, LoopParts)
+        work, facts, _ = self._unroll(ctx, site, tensor) if loop_form else (ctx, [], 1)
+        chosen = self._chosen(literal_parts(work, tensor), params)
         names = fresh_tensors(work.program, ctx.signature)
         new = {k: names.fresh() for k in chosen}
 
@@ -273,25 +343,26 @@ class TensorSplitToDecoupleOperators(Strategy):
             return Access(new[k], a.dtype, a.scope, a.indices[1:]) if k in new else a
 
         program = map_accesses(work.program, {tensor: split})
-        old_others, old_own = init_profile(ctx.program, ctx, {tensor})
-        new_others, new_own = init_profile(program, ctx, {tensor, *new.values()})
-        if old_others != new_others or new_own != old_own * pieces:  # the loop form: one writer per part now
-            raise Illegal("a reduction would gain or lose its implicit initialisation")
         readers = sorted({o for o, a, w in all_accesses(work, tensor) if not w})
         return Rewrite(program, tuple(facts + self._facts(tensor, new)), self._summary(tensor, new, readers, loop_form))
 
-    def _unroll(self, ctx, site, tensor) -> tuple[Context, list[str], int]:
-        """The program with the loop over the parts replaced by one nest per part (literal leading
-        subscripts), the facts checked, and the number of parts."""
+    def _loop_problem(self, ctx, site, tensor) -> str | None:
+        """Why the nest's loop over the parts cannot become one nest per part, or None."""
         found = loop_split_site(ctx, site.nest)
         if found is None or found[0].lhs.tensor != tensor:
-            raise Illegal(f"{tensor} is not written by a loop over its leading index read only by literal parts")
+            return f"{tensor} is not written by a loop over its leading index read only by literal parts"
         stmt, loop = found
         carried = loop_carries_dependence(body_statements(ctx.program.nests[site.nest]), loop.var)
         if carried:
-            raise Illegal(f"iterations of {loop.var} interact: {carried}")
+            return f"iterations of {loop.var} interact: {carried}"
         if value_uses(stmt, loop.var):
-            raise Illegal(f"{loop.var} is used as a value, not only as a subscript")
+            return f"{loop.var} is used as a value, not only as a subscript"
+        return None
+
+    def _unroll(self, ctx, site, tensor) -> tuple[Context, list[str], int]:
+        """The program with the loop over the parts replaced by one nest per part (literal leading
+        subscripts), the facts checked, and the number of parts (a loop `_loop_problem` passed)."""
+        stmt, loop = loop_split_site(ctx, site.nest)
         pieces = unroll_parts(ctx.program.nests[site.nest], loop)
         facts = [f"loop {loop.var} ({loop.extent} iterations) runs over the leading index of {tensor}, and its "
                  f"iterations do not interact (each writes and reads only its own slice of {tensor})",

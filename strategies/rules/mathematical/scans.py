@@ -8,7 +8,7 @@ from __future__ import annotations
 from leir.ast import Access, BinOp, Call, Neg, Nest, Num, Program, Select, Stmt, Var, walk_expr
 from leir.printer import format_expr
 from strategies.analysis import recognition as rec
-from strategies.analysis.gates import finish
+from strategies.analysis.gates import finish_problem
 from strategies.analysis.legality import iterations
 from strategies.analysis.reductions import Reduction, first, reductions, with_index
 from strategies.analysis.tree import fresh_tensors, replace_item
@@ -33,15 +33,23 @@ class PrefixScan(Strategy):
             if r.op == self.op and self.matches(ctx, r):
                 yield r.site()
 
-    def rewrite(self, ctx, site, params):
+    def check(self, ctx, site, params):
+        """Legal wherever the reduction matches: the scan applies the same operations in the same
+        order (the gate checks that the result validates)."""
+        return None
+
+    def build(self, ctx, site, params):
         r = site.match
         h = fresh_tensors(ctx.program, ctx.signature).fresh()
         cur = with_index(r.acc, h, Var(r.var))
         carried = Select(first(r.var), self.boundary, with_index(r.acc, h, BinOp("-", Var(r.var), Num(1))))
         scan = Stmt(cur, Call("max", (carried, r.elem)) if self.op == "max" else BinOp("+", carried, r.elem))
         nest = Nest(r.nest.loops, (scan, Stmt(r.acc, cur)))
-        program = finish(ctx, replace_item(ctx.program, r.index, (), (nest,)), same_inits=False)
+        program = replace_item(ctx.program, r.index, (), (nest,))
         return Rewrite(program, self._facts(r, h), self._summary(r, h))
+
+    def gate(self, ctx, site, params, rewrite):
+        return finish_problem(ctx, rewrite.program, same_inits=False)
 
     def _facts(self, r: Reduction, h: str) -> tuple[str, ...]:
         n = r.red_loop.extent

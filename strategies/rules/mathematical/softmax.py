@@ -13,7 +13,7 @@ from leir.names import IndexNames
 from leir.printer import format_expr
 from strategies.analysis import recognition as rec
 from strategies.analysis.algebra import is_plain_index
-from strategies.analysis.gates import finish
+from strategies.analysis.gates import finish_problem
 from strategies.analysis.legality import iterations
 from strategies.analysis.numerics import sum_drift_problem
 from strategies.analysis.prose import plural
@@ -27,7 +27,7 @@ from strategies.analysis.reductions import (
     untouched_between,
 )
 from strategies.analysis.tree import fresh_tensors, substitute_vars
-from strategies.base import Illegal, Rewrite, Strategy, refuse
+from strategies.base import Rewrite, Strategy
 from strategies.registry import register
 
 NEG_INF = Neg(Num(float("inf")))
@@ -63,18 +63,24 @@ class OnlineSoftmax(Strategy):
         for pair in softmax_pairs(ctx):
             yield pair.site()
 
-    def rewrite(self, ctx, site, params):
+    def check(self, ctx, site, params):
         pair = site.match
         mx, sm = pair.mx, pair.sm
-        refuse(untouched_between(ctx, mx.index, sm.index, tensors_read(mx.elem), {mx.acc.tensor, sm.acc.tensor}))
-        refuse(sum_drift_problem(mx.red_loop.extent, sm.acc.dtype, sm.acc.tensor, ctx.result_code))
+        return (untouched_between(ctx, mx.index, sm.index, tensors_read(mx.elem), {mx.acc.tensor, sm.acc.tensor})
+                or sum_drift_problem(mx.red_loop.extent, sm.acc.dtype, sm.acc.tensor, ctx.result_code))
+
+    def build(self, ctx, site, params):
+        pair = site.match
+        mx, sm = pair.mx, pair.sm
         h = fresh_tensors(ctx.program, ctx.signature).fresh()
         old_max, new_max, new_sum, _, _ = running_stmts(pair, h)
         nests = list(ctx.program.nests)
         nests[sm.index] = Nest(mx.nest.loops, (old_max, new_max, new_sum))
         del nests[mx.index]
-        program = finish(ctx, Program(tuple(nests)), same_inits=False)
-        return Rewrite(program, self._facts(pair, h), self._summary(pair))
+        return Rewrite(Program(tuple(nests)), self._facts(pair, h), self._summary(pair))
+
+    def gate(self, ctx, site, params, rewrite):
+        return finish_problem(ctx, rewrite.program, same_inits=False)
 
     def _facts(self, pair: SoftmaxPair, h: str) -> tuple[str, ...]:
         mx, sm = pair.mx, pair.sm
@@ -112,15 +118,21 @@ class FlashattentionWoTiling(Strategy):
         for att in attentions(ctx):
             yield att.site()
 
-    def rewrite(self, ctx, site, params):
+    def check(self, ctx, site, params):
         att = site.match
         pair, mx, o = att.pair, att.pair.mx, att.mm_stmt.lhs
         if not is_plain_index(o):
-            raise Illegal("the product's output is not indexed by plain loop variables")
+            return "the product's output is not indexed by plain loop variables"
         involved = {mx.acc.tensor, pair.sm.acc.tensor, att.prob.tensor, o.tensor}
         for lo, hi in ((mx.index, pair.sm.index), (pair.sm.index, att.norm), (att.norm, att.mm)):
-            refuse(untouched_between(ctx, lo, hi, tensors_read(mx.elem) | tensors_read(att.value), involved))
-        refuse(sum_drift_problem(mx.red_loop.extent, o.dtype, o.tensor, ctx.result_code))
+            problem = untouched_between(ctx, lo, hi, tensors_read(mx.elem) | tensors_read(att.value), involved)
+            if problem:
+                return problem
+        return sum_drift_problem(mx.red_loop.extent, o.dtype, o.tensor, ctx.result_code)
+
+    def build(self, ctx, site, params):
+        att = site.match
+        pair, mx = att.pair, att.pair.mx
         names = fresh_tensors(ctx.program, ctx.signature)
         h, acc_name = names.fresh(), names.fresh()
         fused, final, inner = self._fold(ctx, att, h, acc_name)
@@ -129,8 +141,10 @@ class FlashattentionWoTiling(Strategy):
         nests[att.norm] = fused
         for k in sorted((mx.index, pair.sm.index), reverse=True):
             del nests[k]
-        program = finish(ctx, Program(tuple(nests)), same_inits=False)
-        return Rewrite(program, self._facts(att, h, acc_name, iterations(inner)), self._summary(att))
+        return Rewrite(Program(tuple(nests)), self._facts(att, h, acc_name, iterations(inner)), self._summary(att))
+
+    def gate(self, ctx, site, params, rewrite):
+        return finish_problem(ctx, rewrite.program, same_inits=False)
 
     def _fold(self, ctx, att: Attention, h: str, acc_name: str) -> tuple[Nest, Nest, list[Loop]]:
         """(the one loop over keys with the running max, sum and output, the final normalisation, the

@@ -22,13 +22,13 @@ from leir.printer import format_expr
 from strategies.analysis import expression_forms as forms
 from strategies.analysis import recognition as rec
 from strategies.analysis.algebra import algebra_target, unguarded_exp
-from strategies.analysis.gates import finish
+from strategies.analysis.gates import finish_problem
 from strategies.analysis.legality import accumulated_terms, iterations
 from strategies.analysis.numerics import sum_drift_problem
 from strategies.analysis.reductions import Reduction, depends_on, reductions
 from strategies.analysis.sympy_bridge import Bridge, Untranslatable
 from strategies.analysis.tree import fresh_tensors, replace_item, substitute_vars
-from strategies.base import Context, Illegal, Rewrite, Site, Strategy, refuse
+from strategies.base import Context, Params, Rewrite, Site, Strategy, params_dataclass
 from strategies.registry import register
 
 
@@ -62,6 +62,12 @@ def replace_nth_exp(expr, k: int, new):
 
 # --- exponential_split ----------------------------------------------------------------------------------
 
+@params_dataclass
+class ExpSplitParams(Params):
+    exp: int    # which exp of the statement (source order, from 0)
+    term: str   # the term of its argument split off, as LEIR
+
+
 @register
 class ExponentialSplit(Strategy):
     name = "exponential_split"
@@ -70,6 +76,7 @@ class ExponentialSplit(Strategy):
     description = ("Split exp(u+v) into exp(u)*exp(v) where v depends on fewer loops, so exp(v) can be "
                    "hoisted (e.g. exp(x-m) -> exp(x)/exp(m)).")
     enables = ("multiplicative_split", "powsimp")
+    params_type = ExpSplitParams
 
     def recognizes(self, before, after, signature):
         """More exponentials."""
@@ -107,28 +114,43 @@ class ExponentialSplit(Strategy):
                     continue
         return out
 
-    def rewrite(self, ctx, site, params):
+    def _split(self, target, params):
+        """(bridge, the k-th exp's argument, the term split off), or None when there is no such term."""
+        if not 0 <= params.exp < len(exps(target.expr)):
+            return None
+        found = [s for s in self._splits(target.expr, params.exp) if s[1] == params.term]
+        if not found:
+            return None
+        bridge, _, t = found[0]
+        return bridge, bridge.to_sympy(exps(target.expr)[params.exp].args[0]), t
+
+    def check(self, ctx, site, params):
         st = ctx.sites[site.stmts[0]]
         target = algebra_target(st.stmt)
-        k = params["exp"]
-        found = [s for s in self._splits(target.expr, k) if s[1] == params["term"]]
-        if not found:
-            raise Illegal("no such term")
-        bridge, _, t = found[0]
-        arg = bridge.to_sympy(exps(target.expr)[k].args[0])
+        split = None if target is None else self._split(target, params)
+        if split is None:
+            return "no such term"
+        bridge, arg, t = split
+        return (unguarded_exp(ctx, bridge.from_sympy(arg - t), bridge.from_sympy(t), st.stmt.lhs.dtype)
+                or (sum_drift_problem(accumulated_terms(st.stmt, st.loops), st.stmt.lhs.dtype, st.stmt.lhs.tensor,
+                                      ctx.result_code) if target.op is not None else None))
+
+    def build(self, ctx, site, params):
+        st = ctx.sites[site.stmts[0]]
+        target = algebra_target(st.stmt)
+        bridge, arg, t = self._split(target, params)
         rest = Call("exp", (bridge.from_sympy(arg - t),))
         if t.could_extract_minus_sign():
             new = BinOp("/", rest, Call("exp", (bridge.from_sympy(-t),)))
         else:
             new = BinOp("*", rest, Call("exp", (bridge.from_sympy(t),)))
-        refuse(unguarded_exp(ctx, bridge.from_sympy(arg - t), bridge.from_sympy(t), st.stmt.lhs.dtype))
-        if target.op is not None:
-            refuse(sum_drift_problem(accumulated_terms(st.stmt, st.loops), st.stmt.lhs.dtype, st.stmt.lhs.tensor,
-                                     ctx.result_code))
-        stmt = target.rebuild(replace_nth_exp(target.expr, k, new))
-        program = finish(ctx, replace_item(ctx.program, site.nest, site.path, (stmt,)))
+        stmt = target.rebuild(replace_nth_exp(target.expr, params.exp, new))
+        program = replace_item(ctx.program, site.nest, site.path, (stmt,))
         inner = sorted(loops_of(bridge, arg) - loops_of(bridge, t))
-        return Rewrite(program, self._facts(params["term"], inner), self._summary(params["term"], inner, st))
+        return Rewrite(program, self._facts(params.term, inner), self._summary(params.term, inner, st))
+
+    def gate(self, ctx, site, params, rewrite):
+        return finish_problem(ctx, rewrite.program)
 
     def _facts(self, term: str, inner: list[str]) -> tuple[str, ...]:
         return (f"exp(u+v) = exp(u)*exp(v) for real u, v; the split-off term {term} does not "
@@ -146,8 +168,9 @@ class ExponentialSplit(Strategy):
 class ReductionSplit(Strategy):
     """A sum reduction (with implicit initialisation) split into two nests. Subclasses give
     `parameters_of(r)`: (params, what the split needs) per variant, `missing` (the reason when a
-    variant is not there), and `split(ctx, r, params, found)`, which builds the two nests and hands
-    them to `two_nests`."""
+    variant is not there), `split_problem(ctx, r, params, found)` (why the split would change a
+    result, or None) and `split(ctx, r, params, found)`, which builds the two nests and hands them to
+    `two_nests`."""
 
     level = "mathematical"
     exactness = "reassociating"
@@ -164,22 +187,35 @@ class ReductionSplit(Strategy):
     def parameters_of(self, r: Reduction):
         raise NotImplementedError
 
-    def rewrite(self, ctx, site, params):
+    def _found(self, r: Reduction, params: Params):
+        """What the split of the variant `params` needs, or None when the reduction has no such variant."""
+        return next((x for p, x in self.parameters_of(r) if p == params.to_json()), None)
+
+    def check(self, ctx, site, params):
         r = site.match
         # splitting reassociates the sum: refused where that moves it beyond its dtype's precision
-        refuse(sum_drift_problem(r.red_loop.extent, r.acc.dtype, r.acc.tensor, ctx.result_code))
-        found = [x for p, x in self.parameters_of(r) if p == params]
-        if not found:
-            raise Illegal(self.missing)
-        return self.split(ctx, r, params, found[0])
+        drift = sum_drift_problem(r.red_loop.extent, r.acc.dtype, r.acc.tensor, ctx.result_code)
+        if drift:
+            return drift
+        found = self._found(r, params)
+        return self.missing if found is None else self.split_problem(ctx, r, params, found)
 
-    def split(self, ctx: Context, r: Reduction, params: dict, found) -> Rewrite:
+    def build(self, ctx, site, params):
+        return self.split(ctx, site.match, params, self._found(site.match, params))
+
+    def gate(self, ctx, site, params, rewrite):
+        return finish_problem(ctx, rewrite.program, same_inits=False)
+
+    def split_problem(self, ctx: Context, r: Reduction, params: Params, found) -> str | None:
+        return None
+
+    def split(self, ctx: Context, r: Reduction, params: Params, found) -> Rewrite:
         raise NotImplementedError
 
     @staticmethod
     def two_nests(ctx: Context, r: Reduction, first: Nest, second: Nest):
-        """The program with the reduction's nest replaced by `first` and `second`, past the last gate."""
-        return finish(ctx, replace_item(ctx.program, r.index, (), (first, second)), same_inits=False)
+        """The program with the reduction's nest replaced by `first` and `second`."""
+        return replace_item(ctx.program, r.index, (), (first, second))
 
 
 def _translate(r: Reduction) -> tuple[Bridge, sympy.Expr] | None:
@@ -225,15 +261,24 @@ class MultiplicativeSplit(ReductionSplit):
         if inv and var:
             yield {}, (bridge, sympy.Mul(*inv), sympy.Mul(*var))
 
-    def split(self, ctx, r, params, found):
+    def _parts(self, ctx, r, found):
+        """(the fresh partial sum, g as LEIR, f times the partial sum as LEIR)."""
         bridge, f, g = found
         name = fresh_tensors(ctx.program, ctx.signature).fresh()
         t = Access(name, r.acc.dtype, r.acc.scope, r.acc.indices)
+        return t, bridge.from_sympy(g), bridge.from_sympy(f * bridge.to_sympy(t))
+
+    def split_problem(self, ctx, r, params, found):
         try:
-            g_leir = bridge.from_sympy(g)
-            final = bridge.from_sympy(f * bridge.to_sympy(t))
+            self._parts(ctx, r, found)
         except Untranslatable as e:
-            raise Illegal(str(e)) from e
+            return str(e)
+        return None
+
+    def split(self, ctx, r, params, found):
+        bridge, f, g = found
+        t, g_leir, final = self._parts(ctx, r, found)
+        name = t.tensor
         program = self.two_nests(ctx, r, Nest(r.nest.loops, (Stmt(t, BinOp("+", t, g_leir)),)),
                                  Nest(r.spatial, (Stmt(r.acc, final),)))
         n = r.red_loop.extent
@@ -246,12 +291,18 @@ class MultiplicativeSplit(ReductionSplit):
         return Rewrite(program, facts, summary)
 
 
+@params_dataclass
+class TermParams(Params):
+    term: str   # the term of the summed element split off, as LEIR
+
+
 @register
 class AdditiveSplit(ReductionSplit):
     name = "additive_split"
     description = ("Split a sum reduction of a sum S=S+(g+t) into S=S+g and S=S+t; a term t invariant "
                    "in the reduction loop is added once as n*t.")
     missing = "no such term"
+    params_type = TermParams
 
     def recognizes(self, before, after, signature):
         """A tensor written by one sum accumulation `S=S+(g+t)` is written by two or more sum
@@ -283,26 +334,35 @@ class AdditiveSplit(ReductionSplit):
             except Untranslatable:
                 continue
 
-    def split(self, ctx, r, params, found):
+    def _parts(self, r, found):
+        """(the term is invariant in the reduction loop, what remains as LEIR, the part added in the
+        second nest as LEIR, that part is subtracted)."""
+        bridge, e, t = found
+        invariant = r.var not in loops_of(bridge, t)
+        part = t * r.red_loop.extent if invariant else t
+        neg = part.could_extract_minus_sign()
+        return invariant, bridge.from_sympy(e - t), bridge.from_sympy(-part if neg else part), neg
+
+    def split_problem(self, ctx, r, params, found):
         bridge, e, t = found
         n = r.red_loop.extent
-        invariant = r.var not in loops_of(bridge, t)
-        part = t * n if invariant else t
-        neg = part.could_extract_minus_sign()
         try:
-            g = bridge.from_sympy(e - t)
-            tail = bridge.from_sympy(-part if neg else part)
+            invariant, g, _, _ = self._parts(r, found)
         except Untranslatable as err:
-            raise Illegal(str(err)) from err
+            return str(err)
         if not invariant and r.var not in loops_of(bridge, e - t):
             # log_cosh_loss's split with term=G left -ln2 summed 1024 times (the running sum
             # fell to -710, then climbed to +300 with G): 2.6e-5 off in float32, a mismatch
-            raise Illegal(f"what remains, {format_expr(g)}, does not depend on {r.var}: it would be added {n} times "
-                          f"and rounded {n} times, where the split of that term adds it once as {n}*({format_expr(g)})")
+            return (f"what remains, {format_expr(g)}, does not depend on {r.var}: it would be added {n} times "
+                    f"and rounded {n} times, where the split of that term adds it once as {n}*({format_expr(g)})")
+        return None
+
+    def split(self, ctx, r, params, found):
+        invariant, g, tail, neg = self._parts(r, found)
         program = self.two_nests(ctx, r, Nest(r.nest.loops, (Stmt(r.acc, BinOp("+", r.acc, g)),)),
                                  Nest(r.spatial if invariant else r.nest.loops,
                                       (Stmt(r.acc, BinOp("-" if neg else "+", r.acc, tail)),)))
-        return Rewrite(program, self._facts(r, params["term"], invariant), self._summary(r, invariant))
+        return Rewrite(program, self._facts(r, params.term, invariant), self._summary(r, invariant))
 
     def _facts(self, r: Reduction, term: str, invariant: bool) -> tuple[str, ...]:
         facts = (f"sum over {r.var} of (g+t) = sum of g + sum of t, t = {term}",
@@ -321,6 +381,11 @@ class AdditiveSplit(ReductionSplit):
         return "The two parts become separate reductions that later steps can schedule, fuse or hoist apart."
 
 
+@params_dataclass
+class OffsetParams(Params):
+    offset: str   # the offset replaced, as LEIR
+
+
 @register
 class PartiallyEquivalentThenCorrect(ReductionSplit):
     name = "partially_equivalent_then_correct"
@@ -328,6 +393,7 @@ class PartiallyEquivalentThenCorrect(ReductionSplit):
                    "element y0, then correct with S=S*exp(y0-R).")
     missing = "no offset to replace"
     enables = ("loop_fusion", "operator_fusion")
+    params_type = OffsetParams
 
     def recognizes(self, before, after, signature):
         """The sum `S=S+exp(y-R)` no longer reads R, and a later statement multiplies S by an
@@ -362,10 +428,13 @@ class PartiallyEquivalentThenCorrect(ReductionSplit):
                 if r.var in loops_of(bridge, y):
                     yield {"offset": format_expr(node)}, (bridge, node, y)
 
+    def split_problem(self, ctx, r, params, found):
+        bridge, offset, y = found
+        return unguarded_exp(ctx, bridge.from_sympy(y), offset, r.acc.dtype)
+
     def split(self, ctx, r, params, found):
         bridge, offset, y = found
         y_leir = bridge.from_sympy(y)
-        refuse(unguarded_exp(ctx, y_leir, offset, r.acc.dtype))
         y0 = substitute_vars(y_leir, {r.var: Num(0)})
         first = Nest(r.nest.loops, (Stmt(r.acc, BinOp("+", r.acc, Call("exp", (BinOp("-", y_leir, y0),)))),))
         fix = Nest(r.spatial, (Stmt(r.acc, BinOp("*", r.acc, Call("exp", (BinOp("-", y0, offset),)))),))

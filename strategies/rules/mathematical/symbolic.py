@@ -5,8 +5,9 @@ The rewrite is a step only when the sympy result differs from the input's own ca
 (so `A*A` -> `A**2`, which sympy already writes as `A**2`, is no step). Every rewrite is checked:
 exact back-substitution (the LEIR result translates back to the same sympy expression), no new
 division by something that may be zero, an independent numeric spot check of the identity (which
-must evaluate at least one sample point), no overflow or loss of conditioning in the dtype, and
-`finish` (validates, same implicit initialisations). All are `reassociating`: the floating-point
+must evaluate at least one sample point), no overflow or loss of conditioning in the dtype (the
+check), and the gate on the result: `finish_problem` (validates, same implicit initialisations) and
+the strategy's own sign (a respelling is no step). All are `reassociating`: the floating-point
 operations change, so results agree within rounding.
 """
 from __future__ import annotations
@@ -19,21 +20,26 @@ from leir.ast import Access, Call, Neg, walk_expr
 from leir.printer import format_expr
 from strategies.analysis import expression_forms as forms
 from strategies.analysis.algebra import Translated, atomize, identity_problem, translate, unguarded_exp
-from strategies.analysis.gates import finish
+from strategies.analysis.gates import finish_problem
 from strategies.analysis.legality import accumulated_terms, iterations
 from strategies.analysis.magnitudes import conditioning_problem, overflow_problem
 from strategies.analysis.numerics import sum_drift_problem
 from strategies.analysis.prose import plural
 from strategies.analysis.sympy_bridge import Untranslatable, count_ops, denominators, is_reciprocal, new_divisions
 from strategies.analysis.tree import replace_item
-from strategies.base import Context, Illegal, Rewrite, Site, Strategy, refuse
+from strategies.base import Context, Params, Rewrite, Site, Strategy, params_dataclass
 from strategies.registry import get, register
 
 
+@params_dataclass
+class SymbolParams(Params):
+    symbol: str   # the access or loop index the rewrite is taken in (its sympy symbol's name)
+
+
 class SympyStrategy(Strategy):
-    """A statement-level sympy rewrite. Subclasses define `transform` (and `parameters` when the
-    rewrite depends on a chosen symbol), `why` (what the form buys) and optionally `check` and
-    `extra_facts`."""
+    """A statement-level sympy rewrite. Subclasses define `transform` (and `parameters` with
+    `params_type = SymbolParams` when the rewrite depends on a chosen symbol), `why` (what the form
+    buys) and optionally `expression_problem` and `extra_facts`."""
 
     level = "mathematical"
     exactness = "reassociating"
@@ -49,7 +55,7 @@ class SympyStrategy(Strategy):
             if translate(st.stmt) is not None:
                 yield Site(st.nest_index, st.path, stmts=(st.order,), tensors=(st.stmt.lhs.tensor,))
 
-    def transform(self, tr: Translated, params: dict) -> sympy.Expr:
+    def transform(self, tr: Translated, params: Params) -> sympy.Expr:
         raise NotImplementedError
 
     def shows(self, e0: sympy.Expr, e1: sympy.Expr) -> bool:
@@ -62,10 +68,12 @@ class SympyStrategy(Strategy):
         forms showing the strategy's sign (`shows`)."""
         return forms.shown_in_rewrites(before, after, self.shows)
 
-    def check(self, ctx: Context, tr: Translated, new_expr) -> None:
-        """A last legality check on the rewritten expression; raise Illegal to refuse."""
+    def expression_problem(self, ctx: Context, tr: Translated, new_expr) -> str | None:
+        """Why the rewritten expression is refused, beyond the checks every algebraic rule makes, or
+        None."""
+        return None
 
-    def extra_facts(self, tr: Translated, after: sympy.Expr, params: dict) -> tuple[str, ...]:
+    def extra_facts(self, tr: Translated, after: sympy.Expr, params: Params) -> tuple[str, ...]:
         return ()
 
     def symbol_parameters(self, ctx: Context, site: Site):
@@ -75,43 +83,35 @@ class SympyStrategy(Strategy):
             if sym in tr.expr.free_symbols:
                 yield {"symbol": sym.name}
 
-    def rewrite(self, ctx, site, params):
+    def check(self, ctx, site, params):
         st = ctx.sites[site.stmts[0]]
         tr = translate(st.stmt)
         if tr is None:
-            raise Illegal("the statement has no faithful algebraic form")
-        after = _cached_transform(self.name, st.stmt, _key(params))
-        if after is None or after == tr.expr:
-            raise Illegal(f"{self.name} leaves the expression as it is")
-        new_expr = self._back_substituted(tr, after)
-        code = st.stmt.lhs.dtype
-        refuse(overflow_problem(ctx.program, ctx.signature, st.loops, tr.target.expr, new_expr, code)
-               or conditioning_problem(ctx.program, ctx.signature, st.loops, tr.target.expr, new_expr, code))
-        if tr.target.op in ("+", "-", "*"):
-            refuse(sum_drift_problem(accumulated_terms(st.stmt, st.loops), code, st.stmt.lhs.tensor,
-                                     ctx.result_code))
-        self.check(ctx, tr, new_expr)
-        program = finish(ctx, replace_item(ctx.program, site.nest, site.path, (tr.target.rebuild(new_expr),)))
-        if not self.recognizes(ctx.program, program, ctx.signature):
-            raise Illegal(f"sympy's {self.name} only respelled the expression here (the order of its operands, "
-                          f"a constant's form, or another rewrite), which is no {self.name}")
+            return "the statement has no faithful algebraic form"
+        rewritten = _rewritten(self.name, st.stmt, _key(params))
+        if isinstance(rewritten, str):
+            return rewritten
+        new_expr, code = rewritten[1], st.stmt.lhs.dtype
+        return (overflow_problem(ctx.program, ctx.signature, st.loops, tr.target.expr, new_expr, code)
+                or conditioning_problem(ctx.program, ctx.signature, st.loops, tr.target.expr, new_expr, code)
+                or (sum_drift_problem(accumulated_terms(st.stmt, st.loops), code, st.stmt.lhs.tensor,
+                                      ctx.result_code) if tr.target.op in ("+", "-", "*") else None)
+                or self.expression_problem(ctx, tr, new_expr))
+
+    def build(self, ctx, site, params):
+        st = ctx.sites[site.stmts[0]]
+        tr = translate(st.stmt)
+        after, new_expr = _rewritten(self.name, st.stmt, _key(params))
+        program = replace_item(ctx.program, site.nest, site.path, (tr.target.rebuild(new_expr),))
         return Rewrite(program, self._facts(tr, after, params), self._summary(st, tr, new_expr))
 
-    def _back_substituted(self, tr: Translated, after: sympy.Expr):
-        """`after` as LEIR, refused unless it is exact, divides by nothing new that may be zero, and
-        agrees with the original at the spot check's sample points."""
-        bad = new_divisions(tr.expr, after)
-        if bad:
-            raise Illegal(f"would divide by {bad[0]}, which may be zero")
-        try:
-            new_expr = tr.bridge.from_sympy(after)
-            back = tr.bridge.to_sympy(new_expr)
-        except Untranslatable as e:
-            raise Illegal(f"no exact LEIR form: {e}") from e
-        if back != after and sympy.cancel(sympy.expand(back - after)) != 0:
-            raise Illegal("back-substitution is not exact")
-        refuse(identity_problem(tr.expr, after))
-        return new_expr
+    def gate(self, ctx, site, params, rewrite):
+        if problem := finish_problem(ctx, rewrite.program):
+            return problem
+        if not self.recognizes(ctx.program, rewrite.program, ctx.signature):
+            return (f"sympy's {self.name} only respelled the expression here (the order of its operands, "
+                    f"a constant's form, or another rewrite), which is no {self.name}")
+        return None
 
     def _facts(self, tr: Translated, after, params) -> tuple[str, ...]:
         facts = [_symbols_fact(tr), "the new expression equals the old one as an exact symbolic identity "
@@ -139,20 +139,44 @@ class SympyStrategy(Strategy):
                 f"{after} per evaluation; it is evaluated {n} times, so this {change}.")
 
 
-def _key(params: dict) -> tuple:
-    return tuple(sorted(params.items()))
+def _key(params: Params) -> tuple:
+    return tuple(sorted(params.to_json().items()))
+
+
+@lru_cache(maxsize=4096)
+def _rewritten(name: str, stmt, key: tuple) -> tuple[sympy.Expr, object] | str:
+    """(the sympy result of strategy `name` on the statement's target expression, that result as
+    LEIR), or why it is no rewrite: the strategy leaves the expression as it is, or the result is not
+    exact, divides by something new that may be zero, or fails the spot check (one statement and one
+    parameter choice: the same answer at every state that holds the statement)."""
+    tr = translate(stmt)
+    after = _cached_transform(name, stmt, key)
+    if after is None or after == tr.expr:
+        return f"{name} leaves the expression as it is"
+    bad = new_divisions(tr.expr, after)
+    if bad:
+        return f"would divide by {bad[0]}, which may be zero"
+    try:
+        new_expr = tr.bridge.from_sympy(after)
+        back = tr.bridge.to_sympy(new_expr)
+    except Untranslatable as e:
+        return f"no exact LEIR form: {e}"
+    if back != after and sympy.cancel(sympy.expand(back - after)) != 0:
+        return "back-substitution is not exact"
+    return identity_problem(tr.expr, after) or (after, new_expr)
 
 
 @lru_cache(maxsize=4096)
 def _cached_transform(name: str, stmt, key: tuple) -> sympy.Expr | None:
     tr = translate(stmt)
     strategy = get(name)
+    params = strategy.params_type.from_json(dict(key))
     try:
         if not strategy.rational:
-            return strategy.transform(tr, dict(key))
+            return strategy.transform(tr, params)
         table: dict = {}
         opaque = Translated(tr.target, tr.bridge, atomize(tr.expr, table))
-        out = strategy.transform(opaque, dict(key))
+        out = strategy.transform(opaque, params)
         return out.xreplace({sym: e for e, sym in table.items()})
     except (sympy.PolynomialError, sympy.SympifyError, NotImplementedError, ValueError, TypeError,
             AttributeError, RecursionError):
@@ -307,6 +331,7 @@ class Apart(SympyStrategy):
     why = ("Partial fractions separate the part that does not depend on the chosen variable's "
            "denominator from a proper remainder, so each part can be computed or hoisted on its own.")
     enables = ("additive_split", "collect")
+    params_type = SymbolParams
 
     def shows(self, e0, e1):
         """For some access x in a denominator, the answer is a polynomial part in x plus proper
@@ -323,11 +348,11 @@ class Apart(SympyStrategy):
                 yield p
 
     def transform(self, tr, params):
-        sym = _symbol(tr, params["symbol"])
+        sym = _symbol(tr, params.symbol)
         return sympy.apart(tr.expr, sym)
 
     def extra_facts(self, tr, after, params):
-        return (f"the expression is a rational function of {params['symbol']}; the new denominators are "
+        return (f"the expression is a rational function of {params.symbol}; the new denominators are "
                 "factors of the old one",)
 
 
@@ -387,7 +412,7 @@ class ExpandPowsimp(SympyStrategy):
     def transform(self, tr, params):
         return sympy.expand_power_base(sympy.expand_power_exp(tr.expr), force=False)
 
-    def check(self, ctx, tr, new_expr):
+    def expression_problem(self, ctx, tr, new_expr):
         """Splitting exp(x-M) with M a max reduction drops a softmax's overflow guard."""
         for node in walk_expr(new_expr):
             if isinstance(node, Call) and node.fn == "exp":
@@ -395,7 +420,10 @@ class ExpandPowsimp(SympyStrategy):
                 while isinstance(arg, Neg):
                     arg = arg.operand
                 if isinstance(arg, Access):
-                    refuse(unguarded_exp(ctx, tr.target.expr, arg, tr.target.stmt.lhs.dtype))
+                    problem = unguarded_exp(ctx, tr.target.expr, arg, tr.target.stmt.lhs.dtype)
+                    if problem:
+                        return problem
+        return None
 
 
 @register
@@ -448,6 +476,7 @@ class Collect(SympyStrategy):
     description = "Collect the terms of a sum by powers of one chosen access or index (sympy.collect)."
     saves = True
     why = "Collecting a common factor multiplies by it once instead of once per term."
+    params_type = SymbolParams
 
     def shows(self, e0, e1):
         """For some access x and power k, a new product x**k*(sum) and fewer terms of sums that carry
@@ -460,7 +489,7 @@ class Collect(SympyStrategy):
         yield from self.symbol_parameters(ctx, site)
 
     def transform(self, tr, params):
-        return sympy.collect(tr.expr, _symbol(tr, params["symbol"]))
+        return sympy.collect(tr.expr, _symbol(tr, params.symbol))
 
 
 @register
@@ -470,6 +499,7 @@ class ExpandCollect(SympyStrategy):
     why = ("Distributing the factor over the sum separates the terms, so each can be simplified or "
            "reused on its own.")
     enables = ("factorization", "cancellation")
+    params_type = SymbolParams
 
     def shows(self, e0, e1):
         """The reverse of collect: for some access x and power k that multiplied a sum, more terms of
@@ -483,7 +513,7 @@ class ExpandCollect(SympyStrategy):
         yield from self.symbol_parameters(ctx, site)
 
     def transform(self, tr, params):
-        sym = _symbol(tr, params["symbol"])
+        sym = _symbol(tr, params.symbol)
 
         def distributes(n):
             if not n.is_Mul:

@@ -15,8 +15,18 @@ from strategies.analysis.legality import (
     stmt_reads,
 )
 from strategies.analysis.tree import fresh_tensors, literal, replace_nests, vars_in
-from strategies.base import Context, Illegal, Rewrite, Site, Strategy, refuse_unhelpful
+from strategies.base import Context, Params, Rewrite, Site, Strategy, params_dataclass, unhelpful
 from strategies.registry import register
+
+
+@params_dataclass
+class CacheParams(Params):
+    """A cache read of `read` below the first `depth` loops; a cache write of `write` in a register,
+    or, with `depth`, in a tile of registers below the first `depth` loops."""
+
+    read: str | None = None
+    depth: int | None = None
+    write: str | None = None
 
 
 @register
@@ -27,6 +37,7 @@ class CacheReadWrite(Strategy):
     description = ("Stage a reused input block in a local cache (cache read), or accumulate a reduction in "
                    "a local register and store it once (cache write).")
     search_prior = 5.0
+    params_type = CacheParams
 
     def promise(self, t):
         """An accumulator kept in a register (a cache write) promises more than a staged read."""
@@ -57,50 +68,73 @@ class CacheReadWrite(Strategy):
             for depth in range(1, len(nest.loops) - 1):
                 yield {"write": nest.body[0].lhs.tensor, "depth": depth}
 
-    def rewrite(self, ctx, site, params):
-        if "read" in params:
-            return cache_read(ctx, site.nest, params["read"], params["depth"])
-        if "depth" in params:
-            return cache_write_tile(ctx, site.nest, params["write"], int(params["depth"]))
-        return cache_write(ctx, site.nest, params["write"])
+    def check(self, ctx, site, params):
+        if params.read is not None:
+            if params.write is not None or params.depth is None:
+                return "a cache read names the tensor and the loop depth it is copied below (read, depth)"
+            return cache_read_problem(ctx, site.nest, params.read, params.depth)
+        if params.write is None:
+            return "a cache names the tensor it reads (read, depth) or the accumulator it writes (write)"
+        if params.depth is not None:
+            return cache_write_tile_problem(ctx, site.nest, params.write, params.depth)
+        return cache_write_problem(ctx, site.nest, params.write)
+
+    def build(self, ctx, site, params):
+        if params.read is not None:
+            return cache_read(ctx, site.nest, params.read, params.depth)
+        if params.depth is not None:
+            return cache_write_tile(ctx, site.nest, params.write, params.depth)
+        return cache_write(ctx, site.nest, params.write)
 
 
 # --- cache read ---------------------------------------------------------------------------------------
 
-def cached_read(ctx: Context, top: int, tensor: str, depth: int) -> tuple[Access, list[str]]:
-    """(the one access of `tensor` below loop `depth` of the nest, the inner loop indices it uses), or
-    Illegal where a local copy per iteration of the outer loops would not serve every read."""
-    nest = ctx.program.nests[top]
-    outer, inner = nest.loops[:depth], nest.loops[depth:]
-    if any(lp.kind == "P" for lp in outer):
-        raise Illegal("a parallel loop encloses the cache: its iterations would share one cache")
-    if any(lp.kind in ("B", "V") for lp in inner):
-        raise Illegal("bound or vector loops below the cache level")
-    uses = [a for s, _ in body_statements(nest) for a in stmt_reads(s) if a.tensor == tensor]
-    if len(set(uses)) != 1:
-        raise Illegal(f"{tensor} is read with different subscripts in the nest")
-    acc = uses[0]
-    if any(a.tensor != tensor for ix in acc.indices for a in accesses(ix)):
-        raise Illegal(f"{tensor} is read through a gather")
+def _cached_vars(acc: Access, inner: tuple[Loop, ...]) -> tuple[list[str], object | None]:
+    """(the inner loop indices the access of the cached tensor uses, in subscript order; the first
+    subscript that uses inner loops other than as one plain index, or None)."""
     inner_vars = {lp.var for lp in inner}
     cached: list[str] = []
     for ix in acc.indices:
         if not set(vars_in(ix)) & inner_vars:
             continue
         if not isinstance(ix, Var) or ix.name in cached:
-            raise Illegal(f"subscript {format_expr(ix)} of {tensor} is not a plain inner loop index")
+            return cached, ix
         cached.append(ix.name)
+    return cached, None
+
+
+def _reads_of(nest: Nest, tensor: str) -> list[Access]:
+    return [a for s, _ in body_statements(nest) for a in stmt_reads(s) if a.tensor == tensor]
+
+
+def cache_read_problem(ctx: Context, top: int, tensor: str, depth: int) -> str | None:
+    """Why a local copy of `tensor` per iteration of the nest's first `depth` loops would not serve
+    every read (or cannot help), or None."""
+    nest = ctx.program.nests[top]
+    outer, inner = nest.loops[:depth], nest.loops[depth:]
+    if any(lp.kind == "P" for lp in outer):
+        return "a parallel loop encloses the cache: its iterations would share one cache"
+    if any(lp.kind in ("B", "V") for lp in inner):
+        return "bound or vector loops below the cache level"
+    uses = _reads_of(nest, tensor)
+    if len(set(uses)) != 1:
+        return f"{tensor} is read with different subscripts in the nest"
+    acc = uses[0]
+    if any(a.tensor != tensor for ix in acc.indices for a in accesses(ix)):
+        return f"{tensor} is read through a gather"
+    cached, bad = _cached_vars(acc, inner)
+    if bad is not None:
+        return f"subscript {format_expr(bad)} of {tensor} is not a plain inner loop index"
     if not [lp for lp in inner if lp.var not in cached]:
-        raise Illegal(f"no loop below the cache level reuses {tensor}")
-    reuse = iterations(lp for lp in inner if lp.var not in cached)
-    refuse_unhelpful(ctx, copy_without_reuse_problem(tensor, reuse))
-    return acc, cached
+        return f"no loop below the cache level reuses {tensor}"
+    return unhelpful(ctx, copy_without_reuse_problem(tensor, iterations(lp for lp in inner if lp.var not in cached)))
 
 
 def cache_read(ctx: Context, top: int, tensor: str, depth: int) -> Rewrite:
-    acc, cached = cached_read(ctx, top, tensor, depth)
     nest = ctx.program.nests[top]
     outer, inner = nest.loops[:depth], nest.loops[depth:]
+    acc = _reads_of(nest, tensor)[0]
+    cached, _ = _cached_vars(acc, inner)
     k = Access(fresh_tensors(ctx.program, ctx.signature).fresh(), acc.dtype, "l", tuple(Var(v) for v in cached))
     copy_loops = tuple(Loop("L", lp.extent, lp.var, lp.start) for lp in inner if lp.var in cached)
     fill = Nest(copy_loops, (Stmt(k, acc),)) if copy_loops else Stmt(k, acc)
@@ -123,38 +157,80 @@ def cache_read(ctx: Context, top: int, tensor: str, depth: int) -> Rewrite:
 
 # --- cache write: a register, or a tile of registers ------------------------------------------------------
 
-def _cacheable_reduction(ctx: Context, top: int, tensor: str) -> tuple[Nest, Stmt, int]:
-    """The nest, its one reduction statement into `tensor` and that statement's order, or Illegal
-    when a cache of `tensor`'s accumulator would change the result."""
+def cacheable_reduction_problem(ctx: Context, top: int, tensor: str) -> str | None:
+    """Why a cache of `tensor`'s accumulator in the nest would change the result, or None."""
     nest = ctx.program.nests[top]
     if len(nest.body) != 1 or not isinstance(nest.body[0], Stmt) or nest.body[0].lhs.tensor != tensor:
-        raise Illegal("the nest is not a single reduction")
+        return "the nest is not a single reduction"
     stmt = nest.body[0]
-    order = next(s.order for s in ctx.sites if s.nest_index == top)
-    if order not in ctx.inits:
-        raise Illegal(f"{tensor} accumulates onto earlier values: caching would reassociate")
+    if _order(ctx, top) not in ctx.inits:
+        return f"{tensor} accumulates onto earlier values: caching would reassociate"
     if any(a.tensor == tensor for a in reads_without_self(stmt)):
-        raise Illegal(f"the reduction reads {tensor} elsewhere than as the accumulator")
+        return f"the reduction reads {tensor} elsewhere than as the accumulator"
     merged = merged_subscript_vars(stmt, nest.loops)
     if merged:
-        raise Illegal(f"{merged[0]} appears in {tensor}'s subscript but several of its iterations accumulate into "
-                      "one element: a cache per iteration would lose the other iterations' terms")
-    return nest, stmt, order
+        return (f"{merged[0]} appears in {tensor}'s subscript but several of its iterations accumulate into "
+                "one element: a cache per iteration would lose the other iterations' terms")
+    return None
 
 
-def cache_write(ctx: Context, top: int, tensor: str) -> Rewrite:
-    nest, stmt, order = _cacheable_reduction(ctx, top, tensor)
+def _order(ctx: Context, top: int) -> int:
+    """The program order of the nest's first statement."""
+    return next(s.order for s in ctx.sites if s.nest_index == top)
+
+
+def _spatial_depth(nest: Nest, stmt: Stmt) -> int:
+    """How many outer loops of the nest are spatial loops of the statement's result."""
     spatial = set(lhs_vars(stmt))
     depth = 0
     while depth < len(nest.loops) and nest.loops[depth].var in spatial:
         depth += 1
+    return depth
+
+
+def cache_write_problem(ctx: Context, top: int, tensor: str) -> str | None:
+    """Why the reduction into `tensor` cannot accumulate in a register below its spatial loops."""
+    reason = cacheable_reduction_problem(ctx, top, tensor)
+    if reason:
+        return reason
+    nest = ctx.program.nests[top]
+    stmt = nest.body[0]
+    spatial, depth = set(lhs_vars(stmt)), _spatial_depth(nest, stmt)
     if depth == 0 or any(lp.var in spatial for lp in nest.loops[depth:]) or depth == len(nest.loops):
-        raise Illegal("the spatial loops do not all enclose the reduction loops")
+        return "the spatial loops do not all enclose the reduction loops"
+    if any(lp.kind == "P" for lp in nest.loops[:depth]):
+        return "a parallel loop encloses the cache"
+    if any(lp.kind == "B" for lp in nest.loops[depth:]):
+        return "a bound loop is among the reduction loops"
+    return None
+
+
+def cache_write_tile_problem(ctx: Context, top: int, tensor: str, depth: int) -> str | None:
+    """Why the tile of `tensor` below the first `depth` loops cannot accumulate in local registers."""
+    reason = cacheable_reduction_problem(ctx, top, tensor)
+    if reason:
+        return reason
+    nest = ctx.program.nests[top]
+    stmt = nest.body[0]
+    spatial = set(lhs_vars(stmt))
     outer, inner = nest.loops[:depth], nest.loops[depth:]
-    if any(lp.kind == "P" for lp in outer):
-        raise Illegal("a parallel loop encloses the cache")
-    if any(lp.kind == "B" for lp in inner):
-        raise Illegal("a bound loop is among the reduction loops")
+    if not 0 < depth < len(nest.loops) or any(lp.var not in spatial for lp in outer):
+        return "the loops above the tile must all be spatial loops of the accumulator"
+    tile = [lp for lp in inner if lp.var in spatial]
+    if not tile or len(tile) == len(inner):
+        return "the tile needs spatial loops and reduction loops below the cache level"
+    if any(lp.kind == "P" for lp in outer) or any(lp.kind in ("B", "P") for lp in inner):
+        return "a parallel or bound loop would share the local tile"
+    if any(isinstance(a, Access) for ix in stmt.lhs.indices for a in accesses(ix)):
+        return f"{tensor} is written through a gather"
+    return None
+
+
+def cache_write(ctx: Context, top: int, tensor: str) -> Rewrite:
+    nest, order = ctx.program.nests[top], _order(ctx, top)
+    stmt = nest.body[0]
+    depth = _spatial_depth(nest, stmt)
+    outer, inner = nest.loops[:depth], nest.loops[depth:]
     x = stmt.lhs
     k = Access(fresh_tensors(ctx.program, ctx.signature).fresh(), x.dtype, "l", ())
     update = map_stmt(stmt, lambda n: k if n == x else n)
@@ -173,19 +249,11 @@ def cache_write(ctx: Context, top: int, tensor: str) -> Rewrite:
 def cache_write_tile(ctx: Context, top: int, tensor: str, depth: int) -> Rewrite:
     """Accumulate the tile of `tensor` that one iteration of the first `depth` loops writes in a local
     array (register blocking): zero it, run the inner loops on it, store it once."""
-    nest, stmt, order = _cacheable_reduction(ctx, top, tensor)
+    nest, order = ctx.program.nests[top], _order(ctx, top)
+    stmt = nest.body[0]
     spatial = set(lhs_vars(stmt))
     outer, inner = nest.loops[:depth], nest.loops[depth:]
-    if not 0 < depth < len(nest.loops) or any(lp.var not in spatial for lp in outer):
-        raise Illegal("the loops above the tile must all be spatial loops of the accumulator")
     tile = [lp for lp in inner if lp.var in spatial]
-    if not tile or len(tile) == len(inner):
-        raise Illegal("the tile needs spatial loops and reduction loops below the cache level")
-    if any(lp.kind == "P" for lp in outer) or any(lp.kind in ("B", "P") for lp in inner):
-        raise Illegal("a parallel or bound loop would share the local tile")
-    for ix in stmt.lhs.indices:
-        if any(isinstance(a, Access) for a in accesses(ix)):
-            raise Illegal(f"{tensor} is written through a gather")
     x = stmt.lhs
     k = Access(fresh_tensors(ctx.program, ctx.signature).fresh(), x.dtype, "l", tuple(Var(lp.var) for lp in tile))
     point = tuple(Loop("V" if lp.kind == "V" else "L", lp.extent, lp.var, lp.start) for lp in tile)

@@ -63,7 +63,11 @@ class PrecomputeIndices(Strategy):
                 count += 1
                 yield Site(s.nest_index, s.path, stmts=(s.order,), match=Subscript(ix))
 
-    def rewrite(self, ctx, site, params):
+    def check(self, ctx, site, params):
+        """Always legal where the site is: the table holds the subscript's values, computed before."""
+        return None
+
+    def build(self, ctx, site, params):
         s, ix = ctx.sites[site.stmts[0]], site.match.index
         loops = [lp for lp in s.loops if lp.var in vars_in(ix)]
         fresh = fresh_indices(ctx.program)

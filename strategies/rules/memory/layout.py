@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from itertools import permutations
+from typing import Literal
 
 from leir.analysis import affine_form, loop_bounds, tensor_table
 from leir.ast import Access, BinOp, Loop, Nest, Num, Program, Stmt, Var, map_stmt
@@ -15,7 +16,7 @@ from leir.signature import Signature
 from strategies.analysis import recognition as rec
 from strategies.analysis.legality import copy_without_reuse_problem, iterations
 from strategies.analysis.tree import fresh_indices, fresh_tensors, map_accesses, replace_nests, tensor_accesses
-from strategies.base import Context, Illegal, Match, Rewrite, Site, Strategy, refuse_unhelpful
+from strategies.base import Context, Match, Params, Rewrite, Site, Strategy, params_dataclass, unhelpful
 from strategies.registry import register
 
 MAX_PERMUTATIONS = 6
@@ -50,6 +51,17 @@ def copy_sites(ctx: Context):
             yield Site(uses[0][1].nest_index, tensors=(name,), match=InputCopy())
 
 
+@params_dataclass
+class LayoutParams(Params):
+    """An intermediate's dimensions permuted (`order`), or a known input re-laid into a copy:
+    `copy: transposed` with `order`, or `copy: packed` with dimension `dim` in blocks of `factor`."""
+
+    copy: Literal["transposed", "packed"] | None = None
+    order: list[int] | None = None
+    dim: int | None = None
+    factor: int | None = None
+
+
 @register
 class LayoutTransformation(Strategy):
     name = "layout_transformation"
@@ -59,6 +71,7 @@ class LayoutTransformation(Strategy):
                    "input into a new intermediate (a transposed or packed copy) that every later read uses.")
     enables = ("loop_vectorization", "loop_reorder", "loop_parallelization")
     search_prior = 2.5
+    params_type = LayoutParams
 
     def recognizes(self, before, after, signature):
         """An intermediate stored with its dimensions permuted (its shape, or where its dimensions
@@ -90,15 +103,24 @@ class LayoutTransformation(Strategy):
         for p in perms[:MAX_PERMUTATIONS]:
             yield {"copy": "transposed", "order": p}
 
-    def rewrite(self, ctx, site, params):
-        if "copy" in params:
-            return relaid_copy(ctx, site.tensors[0], params)
-        tensor, order = site.tensors[0], params["order"]
+    def check(self, ctx, site, params):
+        if params.copy is not None:
+            return relaid_copy_problem(ctx, site.tensors[0], params)
+        tensor, order = site.tensors[0], params.order
         info = ctx.tensors[tensor]
         if info.known:
-            raise Illegal(f"{tensor} is a known tensor: its layout is fixed by the signature (re-lay a copy)")
+            return f"{tensor} is a known tensor: its layout is fixed by the signature (re-lay a copy)"
+        if order is None or params.dim is not None or params.factor is not None:
+            return "an intermediate's layout is a permutation of its dimensions (order)"
         if sorted(order) != list(range(len(info.shape))):
-            raise Illegal("not a permutation of the dimensions")
+            return "not a permutation of the dimensions"
+        return None
+
+    def build(self, ctx, site, params):
+        if params.copy is not None:
+            return relaid_copy(ctx, site.tensors[0], params)
+        tensor, order = site.tensors[0], params.order
+        info = ctx.tensors[tensor]
         program = map_accesses(ctx.program, {tensor: lambda a: Access(a.tensor, a.dtype, a.scope,
                                                                        tuple(a.indices[d] for d in order))})
         uses = tensor_accesses(ctx, tensor)
@@ -170,38 +192,59 @@ class Packed:
                 f"outermost and the {f} elements of a block contiguous")
 
 
-def _split_index(ix, factor: int, bounds: dict[str, tuple[int, int]]):
-    """(ix // factor, ix % factor) as subscripts; `o*factor+v` with v in [0, factor) gives (o, v)."""
+def _block_and_lane(ix, factor: int, bounds: dict[str, tuple[int, int]]):
+    """`o*factor+v` with v in [0, factor) as (o, v), a lane index v alone as (0, v); None otherwise."""
     if isinstance(ix, BinOp) and ix.op == "+" and isinstance(ix.rhs, Var) \
             and bounds.get(ix.rhs.name) == (0, factor - 1) \
             and isinstance(ix.lhs, BinOp) and ix.lhs.op == "*" and ix.lhs.rhs == Num(factor):
         return ix.lhs.lhs, ix.rhs
     if isinstance(ix, Var) and bounds.get(ix.name) == (0, factor - 1):
         return Num(0), ix
+    return None
+
+
+def _split_problem(ix, factor: int, bounds: dict[str, tuple[int, int]]) -> str | None:
+    """Why the subscript cannot be split into block and lane as (ix // factor, ix % factor), or None."""
+    if _block_and_lane(ix, factor, bounds) is not None:
+        return None
     form = affine_form(ix)
     if form is not None and any(c < 0 for c in form[0].values()):
         # TVM 0.27's simplifier folds a decreasing index split into block and lane wrongly: with c in
         # [0, 16), A[(15-c)//4*4 + (15-c)%4] reads A[12-c] (and past the end for c > 12); the argmax
         # reversal `2047-c` of a packed input verified as a mismatch (release-shape survey)
-        raise Illegal(f"the subscript {format_expr(ix)} decreases with a loop index: its "
-                      "block and lane (//, %) are miscompiled by TVM 0.27's simplifier")
-    return BinOp("//", ix, Num(factor)), BinOp("%", ix, Num(factor))
+        return (f"the subscript {format_expr(ix)} decreases with a loop index: its "
+                "block and lane (//, %) are miscompiled by TVM 0.27's simplifier")
+    return None
 
 
-def _copy_layout(params: dict, shape: list[int], tensor: str) -> Transposed | Packed:
-    """The layout `params` asks for, or Illegal."""
+def _split_index(ix, factor: int, bounds: dict[str, tuple[int, int]]):
+    """(ix // factor, ix % factor) as subscripts; `o*factor+v` with v in [0, factor) gives (o, v)."""
+    return _block_and_lane(ix, factor, bounds) or (BinOp("//", ix, Num(factor)), BinOp("%", ix, Num(factor)))
+
+
+def _layout_problem(params: LayoutParams, shape: list[int], tensor: str) -> str | None:
+    """Why `params` name no copy layout of `tensor`, or None."""
     rank = len(shape)
-    if params["copy"] == "transposed":
-        order = list(params["order"])
-        if sorted(order) != list(range(rank)) or order == list(range(rank)):
-            raise Illegal("not a permutation of the dimensions")
-        return Transposed(tuple(order))
-    if params["copy"] == "packed":
-        dim, f = int(params["dim"]), int(params["factor"])
-        if not 0 <= dim < rank or f <= 1 or shape[dim] % f or f >= shape[dim]:
-            raise Illegal(f"{f} does not properly divide dimension {dim + 1} ({shape[dim]}) of {tensor}")
-        return Packed(dim, f, rank)
-    raise Illegal(f"unknown copy layout {params['copy']!r}")
+    if params.copy == "transposed":
+        order = params.order
+        if order is None or sorted(order) != list(range(rank)) or order == list(range(rank)):
+            return "not a permutation of the dimensions"
+        return None
+    dim, f = params.dim, params.factor
+    if dim is None or f is None:
+        return "a packed copy names the dimension and the block width (dim, factor)"
+    if not 0 <= dim < rank:
+        return f"{tensor} has no dimension {dim + 1} (rank {rank})"
+    if f <= 1 or shape[dim] % f or f >= shape[dim]:
+        return f"{f} does not properly divide dimension {dim + 1} ({shape[dim]}) of {tensor}"
+    return None
+
+
+def _copy_layout(params: LayoutParams, shape: list[int]) -> Transposed | Packed:
+    """The layout `params` asks for (one `_layout_problem` passed)."""
+    if params.copy == "transposed":
+        return Transposed(tuple(params.order))
+    return Packed(params.dim, params.factor, len(shape))
 
 
 def _map_reads_with_bounds(program: Program, tensor: str, fn) -> Program:
@@ -217,23 +260,39 @@ def _map_reads_with_bounds(program: Program, tensor: str, fn) -> Program:
     return Program(tuple(visit(n, ()) for n in program.nests))
 
 
-def relaid_copy(ctx: Context, tensor: str, params: dict) -> Rewrite:
+def relaid_copy_problem(ctx: Context, tensor: str, params: LayoutParams) -> str | None:
+    """Why a copy of `tensor` in the layout `params` name cannot serve every read (or cannot help)."""
+    info = ctx.tensors[tensor]
+    if info.role != "input" or info.shape is None or len(info.shape) < 2:
+        return f"{tensor} is not a known input of rank 2 or more"
+    uses = tensor_accesses(ctx, tensor)
+    if not uses:
+        return f"the program never reads {tensor}"
+    if any(s.stmt.lhs.tensor == tensor for _, s in uses):
+        return f"{tensor} is written by the program: a copy made once would miss the writes"
+    reads = sum(iterations(s.loops) for _, s in uses)
+    reason = (unhelpful(ctx, copy_without_reuse_problem(tensor, reads / math.prod(info.shape)))
+              or _layout_problem(params, list(info.shape), tensor))
+    if reason or params.copy != "packed":
+        return reason
+    problems: list[str] = []
+
+    def note(a: Access, bounds) -> Access:
+        problems.append(_split_problem(a.indices[params.dim], params.factor, bounds))
+        return a
+    _map_reads_with_bounds(ctx.program, tensor, note)
+    return next((p for p in problems if p), None)
+
+
+def relaid_copy(ctx: Context, tensor: str, params: LayoutParams) -> Rewrite:
     """`Y = X` in another layout, inserted before the first nest that reads the known input X; every
     read of X then reads the same element of Y (the packing step of a fast GEMM)."""
     info = ctx.tensors[tensor]
-    if info.role != "input" or info.shape is None or len(info.shape) < 2:
-        raise Illegal(f"{tensor} is not a known input of rank 2 or more")
     uses = tensor_accesses(ctx, tensor)
-    if not uses:
-        raise Illegal(f"the program never reads {tensor}")
-    if any(s.stmt.lhs.tensor == tensor for _, s in uses):
-        raise Illegal(f"{tensor} is written by the program: a copy made once would miss the writes")
-    reads = sum(iterations(s.loops) for _, s in uses)
-    refuse_unhelpful(ctx, copy_without_reuse_problem(tensor, reads / math.prod(info.shape)))
     shape = list(info.shape)
     names = fresh_indices(ctx.program)
     y = fresh_tensors(ctx.program, ctx.signature).fresh()
-    layout = _copy_layout(params, shape, tensor)
+    layout = _copy_layout(params, shape)
     new_shape = layout.shape(shape)
     idx = [names.fresh() for _ in new_shape]
     dtype = uses[0][0].dtype
@@ -258,6 +317,11 @@ def relaid_copy(ctx: Context, tensor: str, params: dict) -> Rewrite:
 
 # --- set_storage_layout ------------------------------------------------------------------------------
 
+@params_dataclass
+class FlatParams(Params):
+    layout: Literal["row_major", "column_major"]
+
+
 @register
 class SetStorageLayout(Strategy):
     name = "set_storage_layout"
@@ -266,6 +330,7 @@ class SetStorageLayout(Strategy):
     description = "Store a multi-dimensional intermediate as a flat buffer (row- or column-major)."
     enables = ("loop_vectorization",)
     search_prior = 2.0
+    params_type = FlatParams
 
     def recognizes(self, before, after, signature):
         """An intermediate of two or more dimensions stored flat."""
@@ -284,11 +349,15 @@ class SetStorageLayout(Strategy):
         yield {"layout": "row_major"}
         yield {"layout": "column_major"}
 
-    def rewrite(self, ctx, site, params):
-        tensor, layout = site.tensors[0], params["layout"]
+    def check(self, ctx, site, params):
+        tensor = site.tensors[0]
+        if ctx.tensors[tensor].known:
+            return f"{tensor} is a known tensor: its layout is fixed by the signature"
+        return None
+
+    def build(self, ctx, site, params):
+        tensor, layout = site.tensors[0], params.layout
         info = ctx.tensors[tensor]
-        if info.known:
-            raise Illegal(f"{tensor} is a known tensor: its layout is fixed by the signature")
         shape = list(info.shape)
         dims = list(range(len(shape)))
         if layout == "column_major":

@@ -6,15 +6,21 @@ scope, and the program output never moves to shared or local memory.
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 from leir.ast import Access
 from strategies.analysis import recognition as rec
 from strategies.analysis.legality import aligned, stmt_reads
 from strategies.analysis.tree import map_accesses, tensor_accesses
-from strategies.base import Context, Rewrite, Site, Strategy, refuse
+from strategies.base import Context, Params, Rewrite, Site, Strategy, params_dataclass
 from strategies.registry import register
 
 SCOPE_NAMES = {"g": "global", "s": "shared", "l": "local"}
+
+
+@params_dataclass
+class ScopeParams(Params):
+    scope: Literal["g", "s", "l"]   # global, shared or local memory
 
 
 def _written_first(uses, tensor: str) -> bool:
@@ -61,6 +67,7 @@ class SetStorageScope(Strategy):
     exactness = "exact"
     description = "Place an intermediate in global, shared or local memory."
     search_prior = 1.5
+    params_type = ScopeParams
 
     def recognizes(self, before, after, signature):
         """An intermediate in another scope."""
@@ -78,9 +85,11 @@ class SetStorageScope(Strategy):
             if scope != current:
                 yield {"scope": scope}
 
-    def rewrite(self, ctx, site, params):
-        tensor, scope = site.tensors[0], params["scope"]
-        refuse(scope_problem(ctx, tensor, scope))
+    def check(self, ctx, site, params):
+        return scope_problem(ctx, site.tensors[0], params.scope)
+
+    def build(self, ctx, site, params):
+        tensor, scope = site.tensors[0], params.scope
         program = map_accesses(ctx.program, {tensor: lambda a: Access(a.tensor, a.dtype, scope, a.indices)})
         return Rewrite(program, self._facts(tensor, scope), self._summary(ctx, tensor, scope))
 

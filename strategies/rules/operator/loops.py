@@ -12,6 +12,7 @@ band, `LoopAt`), and a rewrite that replaces the band in place (`in_band`).
 from __future__ import annotations
 
 from itertools import product
+from typing import Literal
 
 from leir.analysis import lhs_vars, reduction_op, statement_sites
 from leir.ast import FAST_OF, Call, Loop, Nest, Select, Stmt, Var, map_stmt, walk_expr
@@ -34,6 +35,7 @@ from strategies.analysis.loops import (
     divisors,
     factor_rank,
     factor_reduction,
+    factor_reduction_problem,
     factored_facts,
     split_loop,
     statements_under,
@@ -53,7 +55,7 @@ from strategies.analysis.tree import (
     substitute_in_nest,
     with_loop,
 )
-from strategies.base import Context, Illegal, LoopAt, Rewrite, Site, Strategy, refuse, refuse_unhelpful
+from strategies.base import Context, LoopAt, Params, Rewrite, Site, Strategy, params_dataclass, unhelpful
 from strategies.registry import register
 
 MAX_TILES = 12         # factor pairs tried per tiled loop pair
@@ -68,7 +70,8 @@ FAST_EXP_DTYPES = ("f32", "f16", "bf16")  # where fast_exp's float32 error (~2e-
 
 class LoopRule(Strategy):
     """A rule on one loop of a band. Sites: every loop `takes` accepts, program order, outer loops
-    first, with its position (`LoopAt`). The rewrite gets the band and the position (`rewrite_loop`)."""
+    first, with its position (`LoopAt`). The check and the build get the band and the position
+    (`check_loop`, `build_loop`)."""
 
     level = "operator"
     exactness = "exact"
@@ -81,10 +84,16 @@ class LoopRule(Strategy):
             if self.takes(ctx, nest, k):
                 yield Site(top, path, loops=(nest.loops[k].var,), match=LoopAt(k))
 
-    def rewrite(self, ctx, site, params):
-        return self.rewrite_loop(ctx, site, get_item(ctx.program, site.nest, site.path), site.match.loop_index, params)
+    def check(self, ctx, site, params):
+        return self.check_loop(ctx, site, get_item(ctx.program, site.nest, site.path), site.match.loop_index, params)
 
-    def rewrite_loop(self, ctx: Context, site: Site, nest: Nest, k: int, params: dict) -> Rewrite:
+    def build(self, ctx, site, params):
+        return self.build_loop(ctx, site, get_item(ctx.program, site.nest, site.path), site.match.loop_index, params)
+
+    def check_loop(self, ctx: Context, site: Site, nest: Nest, k: int, params: Params) -> str | None:
+        raise NotImplementedError
+
+    def build_loop(self, ctx: Context, site: Site, nest: Nest, k: int, params: Params) -> Rewrite:
         raise NotImplementedError
 
 
@@ -112,6 +121,15 @@ def reorder_facts(carry: list[str], order_old: list[str], order_new: list[str]) 
 
 # --- loops moved: reorder, split, tiling ------------------------------------------------------------------
 
+@params_dataclass
+class ReorderParams(Params):
+    """One loop moved to a position of its band (`move`, `to`), or two loops swapped (`swap`)."""
+
+    move: str | None = None
+    to: int | None = None
+    swap: list[str] | None = None
+
+
 @register
 class LoopReorder(Strategy):
     name = "loop_reorder"
@@ -122,6 +140,7 @@ class LoopReorder(Strategy):
                "loop_fusion", "cache_read_write", "loop_binding")
     search_prior = 3.0
     search_variants = (24, 12)
+    params_type = ReorderParams
 
     def promise(self, t):
         """A reorder that makes the innermost loop walk memory contiguously promises much more."""
@@ -159,38 +178,61 @@ class LoopReorder(Strategy):
         for i, j in moves[:MAX_ORDERS]:
             yield {"move": nest.loops[i].var, "to": j}
 
-    def rewrite(self, ctx, site, params):
+    def check(self, ctx, site, params):
+        nest = get_item(ctx.program, site.nest, site.path)
+        reason = self._move_problem(nest, params)
+        if reason:
+            return reason
+        names = [lp.var for lp in nest.loops]
+        _, _, loops, moved = self._moved(nest, params)
+        bound = [lp.var for lp in loops if lp.kind == "B"] != [lp.var for lp in nest.loops if lp.kind == "B"]
+        carry = band_carries(ctx.program, site.nest, site.path, nest)
+        return (unhelpful(ctx, same_traversal_problem(list(nest.loops), loops))
+                or ("thread-bound loops stay where they are on CUDA" if ctx.gpu and bound else None)
+                or (None if keeps_relative_order(names, [lp.var for lp in loops], carry) else
+                    f"{', '.join(moved)} include two loops that carry dependences (e.g. two reduction "
+                    "axes); exchanging them would change the order of the updates")
+                or ("the vectorized loop must stay innermost" if any(lp.kind == "V" for lp in loops[:-1]) else None))
+
+    def build(self, ctx, site, params):
         nest = get_item(ctx.program, site.nest, site.path)
         names = [lp.var for lp in nest.loops]
-        i, j, loops, moved = self._moved(nest, params)
-        refuse_unhelpful(ctx, same_traversal_problem(list(nest.loops), loops))
-        new_order = [lp.var for lp in loops]
-        if ctx.gpu and [lp.var for lp in loops if lp.kind == "B"] != [lp.var for lp in nest.loops if lp.kind == "B"]:
-            raise Illegal("thread-bound loops stay where they are on CUDA")
+        i, j, loops, _ = self._moved(nest, params)
         carry = band_carries(ctx.program, site.nest, site.path, nest)
-        if not keeps_relative_order(names, new_order, carry):
-            raise Illegal(f"{', '.join(moved)} include two loops that carry dependences (e.g. two reduction "
-                          "axes); exchanging them would change the order of the updates")
-        if any(lp.kind == "V" for lp in loops[:-1]):
-            raise Illegal("the vectorized loop must stay innermost")
         new = Nest(tuple(loops), nest.body)
-        return in_band(ctx, site, new, reorder_facts(carry, names, new_order),
-                       self._summary(nest, new, i, j, "move" in params))
+        return in_band(ctx, site, new, reorder_facts(carry, names, [lp.var for lp in loops]),
+                       self._summary(nest, new, i, j, params.move is not None))
 
-    def _moved(self, nest: Nest, params: dict) -> tuple[int, int, list[Loop], list[str]]:
+    def _move_problem(self, nest: Nest, params: ReorderParams) -> str | None:
+        """Why the parameters name no move of this band, or None."""
+        names = [lp.var for lp in nest.loops]
+        if params.move is not None:
+            if params.to is None or params.swap is not None:
+                return "a move names the loop and the position it goes to (move, to), and nothing else"
+            if params.move not in names:
+                return f"{params.move} is not a loop of this band ({', '.join(names)})"
+            if not 0 <= params.to < len(names) or abs(names.index(params.move) - params.to) < 2:
+                return "a move goes two or more places inside the band (one place is a swap)"
+            return None
+        if params.swap is None or params.to is not None or len(params.swap) != 2:
+            return "a reorder is a move (move, to) or a swap of two loops (swap)"
+        missing = [v for v in params.swap if v not in names]
+        if missing:
+            return f"{missing[0]} is not a loop of this band ({', '.join(names)})"
+        return None
+
+    def _moved(self, nest: Nest, params: ReorderParams) -> tuple[int, int, list[Loop], list[str]]:
         """(from, to, the loops in their new order, the loops whose order changes)."""
         names = [lp.var for lp in nest.loops]
         loops = list(nest.loops)
-        if "move" in params:
-            i, j = names.index(params["move"]), int(params["to"])
-            if not 0 <= j < len(loops) or abs(i - j) < 2:
-                raise Illegal("a move goes two or more places inside the band (one place is a swap)")
+        if params.move is not None:
+            i, j = names.index(params.move), params.to
             loops.insert(j, loops.pop(i))
             between = nest.loops[min(i, j):max(i, j) + 1]
-            return i, j, loops, [params["move"]] + [lp.var for lp in between if lp.var != params["move"]]
-        i, j = (names.index(v) for v in params["swap"])
+            return i, j, loops, [params.move] + [lp.var for lp in between if lp.var != params.move]
+        i, j = (names.index(v) for v in params.swap)
         loops[i], loops[j] = loops[j], loops[i]
-        return i, j, loops, list(params["swap"])
+        return i, j, loops, list(params.swap)
 
     def _summary(self, nest: Nest, new: Nest, i: int, j: int, move: bool) -> str:
         a, b = nest.loops[i], nest.loops[j]
@@ -200,12 +242,18 @@ class LoopReorder(Strategy):
                 "changes which subscripts vary fastest (stride-1 access and reuse in the innermost loop).")
 
 
+@params_dataclass
+class SplitParams(Params):
+    factor: int   # the inner loop's extent
+
+
 @register
 class LoopSplit(LoopRule):
     name = "loop_split"
     description = "Split a loop into an outer and an inner loop (v = outer*factor + inner)."
     enables = ("loop_vectorization", "loop_unrolling", "loop_parallelization", "loop_binding", "loop_reorder")
     search_prior = 4.5
+    params_type = SplitParams
 
     def promise(self, t):
         return self.search_prior + vector_friendly(t.params)
@@ -223,10 +271,14 @@ class LoopSplit(LoopRule):
         for f in by_preference(divisors(nest.loops[site.match.loop_index].extent))[:MAX_FACTORS]:
             yield {"factor": f}
 
-    def rewrite_loop(self, ctx, site, nest, k, params):
-        f, lp = params["factor"], nest.loops[k]
+    def check_loop(self, ctx, site, nest, k, params):
+        f, lp = params.factor, nest.loops[k]
         if f <= 1 or lp.extent % f or f >= lp.extent:
-            raise Illegal(f"{f} is not a proper divisor of the extent {lp.extent}")
+            return f"{f} is not a proper divisor of the extent {lp.extent}"
+        return None
+
+    def build_loop(self, ctx, site, nest, k, params):
+        f, lp = params.factor, nest.loops[k]
         outer = fresh_indices(ctx.program).fresh()
         facts = (f"{f} divides the extent {lp.extent} exactly, so {outer}*{f}+{lp.var} enumerates 0..{lp.extent - 1} "
                  "once each, in the original order",)
@@ -236,6 +288,11 @@ class LoopSplit(LoopRule):
         return in_band(ctx, site, split_loop(nest, k, f, outer), facts, summary)
 
 
+@params_dataclass
+class TileParams(Params):
+    factors: list[int]   # the point loops' extents of the two tiled loops
+
+
 @register
 class LoopTiling(LoopRule):
     name = "loop_tiling"
@@ -243,6 +300,7 @@ class LoopTiling(LoopRule):
     enables = ("loop_vectorization", "loop_unrolling", "loop_parallelization", "loop_binding", "cache_read_write")
     search_prior = 5.5
     search_variants = (16, 8)
+    params_type = TileParams
 
     def promise(self, t):
         return self.search_prior + vector_friendly(t.params)
@@ -267,22 +325,36 @@ class LoopTiling(LoopRule):
         for fa, fb in [pairs[i] for i in order][:MAX_TILES]:
             yield {"factors": [fa, fb]}
 
-    def rewrite_loop(self, ctx, site, nest, k, params):
-        fa, fb = params["factors"]
+    def check_loop(self, ctx, site, nest, k, params):
+        if len(params.factors) != 2:
+            return "tiling takes two factors, one per loop of the pair"
+        fa, fb = params.factors
         a, b = nest.loops[k], nest.loops[k + 1]
         if a.extent % fa or b.extent % fb or not (1 < fa < a.extent and 1 < fb < b.extent):
-            raise Illegal("tile sizes must be proper divisors of the extents")
+            return "tile sizes must be proper divisors of the extents"
+        split, loops, carry, bo = self._tiled(ctx, site, nest, k, params)
+        if not keeps_relative_order([lp.var for lp in split.loops], [lp.var for lp in loops], carry):
+            return (f"{a.var} and {b.var} both carry dependences: moving the tile loop {bo} outside "
+                    f"{a.var} would reorder the updates")
+        return None
+
+    def _tiled(self, ctx, site, nest, k, params) -> tuple[Nest, list[Loop], list[str], str]:
+        """(the band with both loops split: ao a bo b; its loops in the tiled order ao bo a b; the
+        loops that carry a dependence; the name of b's tile loop)."""
+        fa, fb = params.factors
         names = fresh_indices(ctx.program)
         ao, bo = names.fresh(), names.fresh()
         split = split_loop(split_loop(nest, k + 1, fb, bo), k, fa, ao)  # ao a bo b
         loops = list(split.loops)
         loops[k + 1], loops[k + 2] = loops[k + 2], loops[k + 1]          # ao bo a b
-        old_order, new_order = [lp.var for lp in split.loops], [lp.var for lp in loops]
         probe = replace_item(ctx.program, site.nest, site.path, (split,))
-        carry = band_carries(probe, site.nest, site.path, split)
-        if not keeps_relative_order(old_order, new_order, carry):
-            raise Illegal(f"{a.var} and {b.var} both carry dependences: moving the tile loop {bo} outside "
-                          f"{a.var} would reorder the updates")
+        return split, loops, band_carries(probe, site.nest, site.path, split), bo
+
+    def build_loop(self, ctx, site, nest, k, params):
+        fa, fb = params.factors
+        a, b = nest.loops[k], nest.loops[k + 1]
+        split, loops, carry, _ = self._tiled(ctx, site, nest, k, params)
+        old_order, new_order = [lp.var for lp in split.loops], [lp.var for lp in loops]
         facts = (f"{fa} divides {a.extent} and {fb} divides {b.extent}",) + reorder_facts(carry, old_order, new_order)
         summary = (f"The {a.extent}x{b.extent} iteration space of {a.var},{b.var} is walked in {fa}x{fb} tiles "
                    f"({a.extent // fa}x{b.extent // fb} of them)" + _tile_reuse(nest, a, b))
@@ -327,14 +399,18 @@ class LoopUnrolling(LoopRule):
         lp = nest.loops[k]
         return lp.kind == "L" and 2 <= lp.extent <= MAX_UNROLL
 
-    def rewrite_loop(self, ctx, site, nest, k, params):
+    def check_loop(self, ctx, site, nest, k, params):
         lp = nest.loops[k]
-        refuse_unhelpful(ctx, one_iteration_problem(lp, "unrolled"))
+        body = lp.extent * body_iterations(Nest(nest.loops[k + 1:], nest.body))
+        return (unhelpful(ctx, one_iteration_problem(lp, "unrolled"))
+                or (f"unrolling {lp.var} would copy the body {body} times"
+                    if lp.kind != "L" or lp.extent > MAX_UNROLL or body > MAX_UNROLL_BODY else None))
+
+    def build_loop(self, ctx, site, nest, k, params):
+        lp = nest.loops[k]
         outer = enclosing_loops(ctx.program, site.nest, site.path) + nest.loops[:k]
         copies = lp.extent * iterations(x for x in outer if x.kind == "U")
         body = lp.extent * body_iterations(Nest(nest.loops[k + 1:], nest.body))
-        if lp.kind != "L" or lp.extent > MAX_UNROLL or body > MAX_UNROLL_BODY:
-            raise Illegal(f"unrolling {lp.var} would copy the body {body} times")
         facts = (f"the extent {lp.extent} is a small constant (at most {MAX_UNROLL})",
                  f"the unrolled code holds {body} copies of the innermost body (at most {MAX_UNROLL_BODY}), "
                  f"{copies} counting enclosing unrolled loops",
@@ -342,6 +418,18 @@ class LoopUnrolling(LoopRule):
         summary = (f"The {lp.extent} iterations of {lp.var} are written out: no loop counter or branch per "
                    "iteration, and the compiler can schedule the copies together.")
         return in_band(ctx, site, with_loop(nest, k, Loop("U", lp.extent, lp.var, lp.start)), facts, summary)
+
+
+def _serial_form(ctx: Context, site: Site, nest: Nest, k: int) -> tuple[Context, Nest]:
+    """The context and band with loop k serial: on the CPU a bound (B) loop is a serial loop, which a
+    P loop replaces under an index name (P loops take index names, not binding names)."""
+    loop = nest.loops[k]
+    if loop.kind != "B":
+        return ctx, nest
+    renamed = fresh_indices(ctx.program).fresh()
+    body = substitute_in_nest(Nest(nest.loops[k + 1:], nest.body), {loop.var: Var(renamed)})
+    nest = Nest(nest.loops[:k] + (Loop("L", loop.extent, renamed, loop.start),) + body.loops, body.body)
+    return ctx.with_program(replace_item(ctx.program, site.nest, site.path, (nest,))), nest
 
 
 def _has_inner_parallel(nest: Nest) -> bool:
@@ -369,23 +457,25 @@ class LoopParallelization(LoopRule):
         # On the CPU a bound (B) loop is a serial loop: it can become parallel too (with an index name).
         return nest.loops[k].kind in ("L", "B")
 
-    def rewrite_loop(self, ctx, site, nest, k, params):
+    def check_loop(self, ctx, site, nest, k, params):
+        reason = unhelpful(ctx, one_iteration_problem(nest.loops[k], "parallel"))
+        if reason:
+            return reason
+        ctx, nest = _serial_form(ctx, site, nest, k)
         loop = nest.loops[k]
-        refuse_unhelpful(ctx, one_iteration_problem(loop, "parallel"))
-        if loop.kind == "B":
-            renamed = fresh_indices(ctx.program).fresh()   # P loops take index names, not binding names
-            body = substitute_in_nest(Nest(nest.loops[k + 1:], nest.body), {loop.var: Var(renamed)})
-            nest = Nest(nest.loops[:k] + (Loop("L", loop.extent, renamed, loop.start),) + body.loops, body.body)
-            ctx = ctx.with_program(replace_item(ctx.program, site.nest, site.path, (nest,)))
-            loop = nest.loops[k]
         outer = enclosing_loops(ctx.program, site.nest, site.path) + nest.loops[:k]
         if any(lp.kind == "P" for lp in outer) or _has_inner_parallel(Nest(nest.loops[k + 1:], nest.body)):
-            raise Illegal("an enclosing or enclosed loop is already parallel")
-        stmts = statements_under(ctx.program, site.nest, site.path, nest, k)
-        refuse(loop_carries_dependence(stmts, loop.var))
+            return "an enclosing or enclosed loop is already parallel"
         work = body_iterations(Nest(nest.loops[k + 1:], nest.body))
-        refuse_unhelpful(ctx, parallel_work_problem(loop.var, iterations(outer), loop.extent * work,
-                                                    ctx.min_parallel_work))
+        return (loop_carries_dependence(statements_under(ctx.program, site.nest, site.path, nest, k), loop.var)
+                or unhelpful(ctx, parallel_work_problem(loop.var, iterations(outer), loop.extent * work,
+                                                        ctx.min_parallel_work)))
+
+    def build_loop(self, ctx, site, nest, k, params):
+        ctx, nest = _serial_form(ctx, site, nest, k)
+        loop = nest.loops[k]
+        stmts = statements_under(ctx.program, site.nest, site.path, nest, k)
+        work = body_iterations(Nest(nest.loops[k + 1:], nest.body))
         facts = (f"every statement under {loop.var} writes a distinct element per iteration of {loop.var} "
                  f"(it is a spatial axis of {', '.join(dict.fromkeys(s.lhs.tensor for s, _ in stmts))})",
                  f"no statement reads an element that another iteration of {loop.var} writes",
@@ -407,9 +497,9 @@ FAST_EXP_EFFECT = (" Each exp becomes fast_exp (range reduction and a polynomial
                    "compute it as vector code instead of one scalar expf call per element.")
 
 
-def fast_exp_below(nest: Nest, stmts, fns: tuple[str, ...] = ("exp",)) -> Nest:
-    """Every call of `fns` (exp; with `math: fast` also log and erf) in the nest's statements as its
-    fast form (`leir.ast.FAST_OF`); Illegal where a close result is not enough."""
+def fast_math_problem(stmts, fns: tuple[str, ...]) -> str | None:
+    """Why the calls of `fns` in the statements cannot take their fast forms (a result held closer
+    than float32, a call that decides a condition, no such call), or None."""
     def converted(n) -> bool:
         return isinstance(n, Call) and n.fn in fns
 
@@ -418,21 +508,28 @@ def fast_exp_below(nest: Nest, stmts, fns: tuple[str, ...] = ("exp",)) -> Nest:
         if not calls:
             continue
         if stmt.lhs.dtype not in FAST_EXP_DTYPES:
-            raise Illegal(f"{stmt.lhs.tensor} is {stmt.lhs.dtype}: {FAST_OF[calls[0].fn]} carries float32's error "
-                          "(a few ulp), beyond what this result is held to (an exact or float64 result)")
+            return (f"{stmt.lhs.tensor} is {stmt.lhs.dtype}: {FAST_OF[calls[0].fn]} carries float32's error "
+                    "(a few ulp), beyond what this result is held to (an exact or float64 result)")
         conditions = [n.cond for n in walk_expr(stmt.rhs) if isinstance(n, Select)]
         found = [c.fn for cond in conditions for c in walk_expr(cond) if converted(c)]
         if found:
-            raise Illegal(f"an {found[0]} decides a condition: a close value could flip the branch")
+            return f"an {found[0]} decides a condition: a close value could flip the branch"
     if not any(converted(n) for stmt, _ in stmts for n in walk_expr(stmt.rhs)):
-        raise Illegal(f"no {' or '.join(fns)} below the loop")
-    return map_nest_stmts(nest, lambda s: map_stmt(s, lambda n: Call(FAST_OF[n.fn], n.args) if converted(n) else n))
+        return f"no {' or '.join(fns)} below the loop"
+    return None
 
 
-def fast_math_variant(params: dict) -> tuple[str, ...]:
+def fast_forms(nest: Nest, fns: tuple[str, ...]) -> Nest:
+    """Every call of `fns` (exp; with `math: fast` also log and erf) in the nest's statements as its
+    fast form (`leir.ast.FAST_OF`), where `fast_math_problem` found no reason against it."""
+    return map_nest_stmts(nest, lambda s: map_stmt(
+        s, lambda n: Call(FAST_OF[n.fn], n.args) if isinstance(n, Call) and n.fn in fns else n))
+
+
+def fast_math_variant(params: VectorParams) -> tuple[str, ...]:
     """The functions a variant computes in their fast forms: `exp: fast` exp only, `math: fast` exp,
     log and erf (none without either)."""
-    return tuple(FAST_OF) if params.get("math") == "fast" else ("exp",) if params.get("exp") == "fast" else ()
+    return tuple(FAST_OF) if params.math == "fast" else ("exp",) if params.exp == "fast" else ()
 
 
 def fast_math_text(fns: tuple[str, ...], stmts) -> tuple[tuple[str, ...], str]:
@@ -450,6 +547,18 @@ def fast_math_text(fns: tuple[str, ...], stmts) -> tuple[tuple[str, ...], str]:
     return facts, summary
 
 
+@params_dataclass
+class VectorParams(Params):
+    """`width`: the loop is split by it first, its inner loop vectorised; `partials`: a reduction axis
+    whose lanes keep `width` partial results; `exp`/`math`: `fast` computes exp (exp, log and erf) in
+    their vectorisable fast forms."""
+
+    width: int | None = None
+    partials: bool | None = None
+    exp: Literal["fast"] | None = None
+    math: Literal["fast"] | None = None
+
+
 @register
 class LoopVectorization(LoopRule):
     name = "loop_vectorization"
@@ -459,6 +568,7 @@ class LoopVectorization(LoopRule):
                    "never bitwise equal).")
     targets = ("llvm",)  # SIMD lanes of the CPU; on CUDA the parallel axis is the thread binding
     search_prior = 8.0
+    params_type = VectorParams
 
     def promise(self, t):
         """exp (log, erf) as vector code instead of scalar libm calls promises more."""
@@ -497,30 +607,44 @@ class LoopVectorization(LoopRule):
             if fast:
                 yield {**w, **fast}
 
-    def rewrite_loop(self, ctx, site, nest, k, params):
-        if params.get("partials"):
-            return self._partials(ctx, site, k, params)
-        width = params.get("width")
-        if width is not None:
-            lp = nest.loops[k]
-            if lp.extent % width or not 1 < width < lp.extent:
-                raise Illegal(f"{width} does not properly divide the extent {lp.extent}")
-            nest, k = split_loop(nest, k, width, fresh_indices(ctx.program).fresh()), k + 1
+    def check_loop(self, ctx, site, nest, k, params):
+        if params.partials:
+            return self._partials_problem(ctx, site, k, params)
         lp = nest.loops[k]
-        refuse_unhelpful(ctx, one_iteration_problem(lp, "vector"))
-        if lp.extent > MAX_VECTOR:
-            raise Illegal(f"{lp.extent} lanes are more than {MAX_VECTOR}: split the loop first")
+        if params.width is not None and (lp.extent % params.width or not 1 < params.width < lp.extent):
+            return f"{params.width} does not properly divide the extent {lp.extent}"
+        nest, k, stmts = self._lanes(ctx, site, nest, k, params)
+        lp = nest.loops[k]
+        reason = (unhelpful(ctx, one_iteration_problem(lp, "vector"))
+                  or (f"{lp.extent} lanes are more than {MAX_VECTOR}: split the loop first"
+                      if lp.extent > MAX_VECTOR else None)
+                  or loop_carries_dependence(stmts, lp.var)
+                  or ("an enclosing loop is already vectorized"
+                      if any(x.kind == "V" for x in enclosing_loops(ctx.program, site.nest, site.path) + nest.loops[:k])
+                      else None))
+        fns = fast_math_variant(params)
+        return reason or (fast_math_problem(stmts, fns) if fns else None)
+
+    def _lanes(self, ctx, site, nest, k, params) -> tuple[Nest, int, list]:
+        """(the band with the loop split by `width` when given, the position of the lane loop, the
+        statements under it)."""
+        if params.width is not None:
+            nest, k = split_loop(nest, k, params.width, fresh_indices(ctx.program).fresh()), k + 1
         stmts = statements_under(replace_item(ctx.program, site.nest, site.path, (nest,)), site.nest, site.path,
                                  nest, k)
-        refuse(loop_carries_dependence(stmts, lp.var))
-        if any(x.kind == "V" for x in enclosing_loops(ctx.program, site.nest, site.path) + nest.loops[:k]):
-            raise Illegal("an enclosing loop is already vectorized")
+        return nest, k, stmts
+
+    def build_loop(self, ctx, site, nest, k, params):
+        if params.partials:
+            return self._partials(ctx, site, k, params)
+        nest, k, stmts = self._lanes(ctx, site, nest, k, params)
+        lp = nest.loops[k]
         new = with_loop(nest, k, Loop("V", lp.extent, lp.var, lp.start))
-        facts, summary = self._facts(nest, k, width, stmts), self._summary(lp, stmts)
+        facts, summary = self._facts(nest, k, params.width, stmts), self._summary(lp, stmts)
         fns = fast_math_variant(params)
         if fns:  # fast_exp is close to exp, never bitwise equal (the same for log and erf)
             more_facts, more_summary = fast_math_text(fns, stmts)
-            return in_band(ctx, site, fast_exp_below(new, stmts, fns), facts + more_facts, summary + more_summary,
+            return in_band(ctx, site, fast_forms(new, fns), facts + more_facts, summary + more_summary,
                            "reassociating")
         return in_band(ctx, site, new, facts, summary)
 
@@ -539,17 +663,27 @@ class LoopVectorization(LoopRule):
         stride = f"; {', '.join(unit)} is written with stride 1" if unit else ""
         return f"The {lp.extent} iterations of {lp.var} run as SIMD lanes{stride}."
 
+    def _partials_problem(self, ctx, site, k, params) -> str | None:
+        nest = ctx.program.nests[site.nest]
+        if site.path or k != len(nest.loops) - 1:
+            return "only the innermost loop of a top-level reduction nest is vectorised with partials"
+        if params.width is None:
+            return "partial results need a width (the lanes that keep them)"
+        reason = factor_reduction_problem(ctx, site.nest, k, params.width)
+        if reason:
+            return reason
+        partial = factor_reduction(ctx, site.nest, k, params.width).program.nests[site.nest]
+        stmts = body_statements(partial)
+        fns = fast_math_variant(params)
+        return loop_carries_dependence(stmts, partial.loops[-1].var) or (fast_math_problem(stmts, fns) if fns else None)
+
     def _partials(self, ctx, site, k, params) -> Rewrite:
         """Vectorise a reduction axis: rfactor by `width` (the partial results per lane in a new
         tensor, then a short combining nest), the partial nest's lane loop marked V."""
-        nest = ctx.program.nests[site.nest]
-        if site.path or k != len(nest.loops) - 1:
-            raise Illegal("only the innermost loop of a top-level reduction nest is vectorised with partials")
-        rf = factor_reduction(ctx, site.nest, k, params["width"])
+        rf = factor_reduction(ctx, site.nest, k, params.width)
         partial = rf.program.nests[site.nest]
         lane = partial.loops[-1]
         stmts = body_statements(partial)
-        refuse(loop_carries_dependence(stmts, lane.var))
         new = with_loop(partial, len(partial.loops) - 1, Loop("V", lane.extent, lane.var, lane.start))
         facts = factored_facts(rf) + (f"the lanes of {lane.var} accumulate into distinct partial results, so the "
                                       "partial nest's innermost loop carries no dependence",)
@@ -558,7 +692,7 @@ class LoopVectorization(LoopRule):
         fns = fast_math_variant(params)
         if fns:
             more_facts, more_summary = fast_math_text(fns, stmts)
-            new, facts, summary = fast_exp_below(new, stmts, fns), facts + more_facts, summary + more_summary
+            new, facts, summary = fast_forms(new, fns), facts + more_facts, summary + more_summary
         # partial sums reassociate the reduction
         return Rewrite(replace_nests(rf.program, site.nest, 1, (new,)), facts, summary, "reassociating")
 
@@ -573,12 +707,18 @@ def _bound_loops(nest: Nest) -> list[Loop]:
     return out
 
 
+@params_dataclass
+class BindParams(Params):
+    axis: str   # the CUDA index: tx, ty, tz (threads) or bx, by, bz (blocks)
+
+
 @register
 class LoopBinding(LoopRule):
     name = "loop_binding"
     description = "Bind a loop with independent iterations to a CUDA thread or block index (B)."
     targets = ("cuda",)  # binding only means something on a GPU
     search_prior = 0.5
+    params_type = BindParams
 
     def recognizes(self, before, after, signature):
         """More loops bound to GPU threads over the same extents."""
@@ -593,16 +733,24 @@ class LoopBinding(LoopRule):
             if prefix not in used:
                 yield {"axis": prefix}
 
-    def rewrite_loop(self, ctx, site, nest, k, params):
-        lp, axis = nest.loops[k], params["axis"]
-        refuse_unhelpful(ctx, one_iteration_problem(lp, "bound"))
+    def check_loop(self, ctx, site, nest, k, params):
+        lp, axis = nest.loops[k], params.axis
+        if axis not in BIND_PREFIXES:
+            return f"{axis} is not a CUDA index ({', '.join(BIND_PREFIXES)})"
         bound = _bound_loops(ctx.program.nests[site.nest])
-        if axis in {b.var[:2] for b in bound}:
-            raise Illegal(f"{axis} is already bound in this nest")
-        threads = iterations(b for b in bound if b.var[0] == "t") * (lp.extent if axis[0] == "t" else 1)
-        if threads > MAX_THREADS or (axis == "tz" and lp.extent > 64):
-            raise Illegal(f"a block would have {threads} threads (at most {MAX_THREADS})")
-        refuse(loop_carries_dependence(statements_under(ctx.program, site.nest, site.path, nest, k), lp.var))
+        threads = self._threads(bound, lp, axis)
+        return (unhelpful(ctx, one_iteration_problem(lp, "bound"))
+                or (f"{axis} is already bound in this nest" if axis in {b.var[:2] for b in bound} else None)
+                or (f"a block would have {threads} threads (at most {MAX_THREADS})"
+                    if threads > MAX_THREADS or (axis == "tz" and lp.extent > 64) else None)
+                or loop_carries_dependence(statements_under(ctx.program, site.nest, site.path, nest, k), lp.var))
+
+    def _threads(self, bound: list[Loop], lp: Loop, axis: str) -> int:
+        return iterations(b for b in bound if b.var[0] == "t") * (lp.extent if axis[0] == "t" else 1)
+
+    def build_loop(self, ctx, site, nest, k, params):
+        lp, axis = nest.loops[k], params.axis
+        threads = self._threads(_bound_loops(ctx.program.nests[site.nest]), lp, axis)
         name = bind_name(axis, loop_vars(ctx.program))
         renamed = substitute_in_nest(Nest(nest.loops[k + 1:], nest.body), {lp.var: Var(name)})
         new = Nest(nest.loops[:k] + (Loop("B", lp.extent, name, lp.start),) + renamed.loops, renamed.body)

@@ -1,6 +1,6 @@
 """reduction_factorization (rfactor): a reduction axis split into independent partial reductions and a
-short combining reduction (the transformation, with its legality:
-`strategies.analysis.loops.factor_reduction`)."""
+short combining reduction (the transformation and its legality:
+`strategies.analysis.loops.factor_reduction`, `factor_reduction_problem`)."""
 from __future__ import annotations
 
 from leir.analysis import lhs_vars, reduction_op
@@ -11,13 +11,19 @@ from strategies.analysis.loops import (
     by_preference,
     divisors,
     factor_reduction,
+    factor_reduction_problem,
     factored_facts,
     factored_summary,
     serial_partials_problem,
     vector_friendly,
 )
-from strategies.base import LoopAt, Rewrite, Site, Strategy, refuse_unhelpful
+from strategies.base import LoopAt, Params, Rewrite, Site, Strategy, params_dataclass, unhelpful
 from strategies.registry import register
+
+
+@params_dataclass
+class FactorParams(Params):
+    factor: int   # partial results per element
 
 
 @register
@@ -29,6 +35,7 @@ class ReductionFactorization(Strategy):
                    "then a second, short reduction over them.")
     enables = ("loop_parallelization", "loop_vectorization", "loop_binding", "loop_reorder")
     search_prior = 5.0
+    params_type = FactorParams
 
     def promise(self, t):
         """Partial results a vector loop can compute (8, 16 or 32 of them) promise more."""
@@ -57,7 +64,10 @@ class ReductionFactorization(Strategy):
         for f in by_preference(divisors(lp.extent))[:MAX_FACTORS]:   # vector-width partials first
             yield {"factor": f}
 
-    def rewrite(self, ctx, site, params):
-        refuse_unhelpful(ctx, serial_partials_problem(ctx, site.nest, params["factor"]))
-        factored = factor_reduction(ctx, site.nest, site.match.loop_index, params["factor"])
+    def check(self, ctx, site, params):
+        return (unhelpful(ctx, serial_partials_problem(ctx, site.nest, params.factor))
+                or factor_reduction_problem(ctx, site.nest, site.match.loop_index, params.factor))
+
+    def build(self, ctx, site, params):
+        factored = factor_reduction(ctx, site.nest, site.match.loop_index, params.factor)
         return Rewrite(factored.program, factored_facts(factored), factored_summary(factored))
