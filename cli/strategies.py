@@ -170,6 +170,13 @@ def _recorded_step(strategy: str, site: str | None, params: str | None) -> tuple
         if not isinstance(value, dict):
             fail(f"{name}: expected a JSON object, got {type(value).__name__}")
         parsed.append(value)
+    from strategies.base import Illegal
+    from strategies.registry import get
+
+    try:
+        get(strategy).params_type.from_json(parsed[1])
+    except Illegal as e:   # a field of the wrong type or name: said before anything is tried
+        fail(f"--params: {strategy} {e}")
     return parsed[0], parsed[1]
 
 

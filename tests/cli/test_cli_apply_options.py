@@ -38,3 +38,17 @@ def test_rounding_share_refuses_reassociating_variants(tmp_path):
     reordering = [r for r in healthy if r["params"].get("partials") or r["params"].get("exp")]
     assert reordering
     assert [r for r in healthy if r not in reordering] == touchy
+
+
+def test_recorded_params_of_the_wrong_type_are_refused_with_the_field(tmp_path):
+    (tmp_path / "p.leir").write_text(SOFTMAX)
+    (tmp_path / "sig.json").write_text(json.dumps(SIG))
+    base = ["apply", "loop_vectorization", str(tmp_path / "p.leir"), "-s", str(tmp_path / "sig.json"), "--no-cot",
+            "--site", json.dumps({"nest": 0, "loops": ["a"], "loop_index": 1})]
+    wrong = CliRunner().invoke(app, [*base, "--params", json.dumps({"width": "8"})])
+    assert wrong.exit_code == 2
+    assert "--params: loop_vectorization bad parameters (width: Input should be a valid integer" in wrong.output
+    unknown = CliRunner().invoke(app, [*base, "--params", json.dumps({"lanes": 8})])
+    assert unknown.exit_code == 2 and "lanes: Unexpected keyword argument" in unknown.output
+    right = CliRunner().invoke(app, [*base, "--params", "{}"])
+    assert right.exit_code in (0, 1) and "bad parameters" not in right.output
