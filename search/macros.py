@@ -4,8 +4,10 @@ the search as one proposal. The search verifies every step against the original 
 step as a state of the trajectory (`search.drivers.Search.evaluate`), so a 64-state search can reach
 a schedule that needs six moves in a row and the data stays step-level.
 
-The micro-kernel is a recipe (`search.recipes`): data, each step a strategy on the tile's loops named
-by their role (rows, columns, reductions), which the recipe's runner follows through renames and splits.
+The micro-kernel and the row kernel's schedule of a nest are recipes (`search.recipes`): data, each
+step a strategy on loops named by their role (the tile's rows, columns and reductions; a nest's
+unit-stride, innermost and parallel loops), which the recipe's runner follows through renames and
+splits.
 
 - `micro_kernel`: the schedule of a fast CPU contraction (matmul, batched and convolution-like
   accumulations `X += a*b`): an optional re-laid copy of the reused operand (`layout_transformation`,
@@ -425,7 +427,7 @@ def row_kernels(ctx: Context, machine: Machine = DEFAULT_MACHINE) -> list[Macro]
     # it, which leaves the indices of the nests before it as they were
     for n in sorted(costs, reverse=True):
         if costs[n] >= HEAVY_SHARE * total:
-            _vectorise_and_parallelise(b, n, machine)
+            _row_nest_steps(b, n, machine)
     if len(b.steps) - inlined < 2:
         return []
     scheduled = b.steps[inlined:]
@@ -463,43 +465,87 @@ def _read_once_per_element(match, tensor: str) -> bool:
     return len(reads) == 1 and iterations(reader.loops) == iterations(match.producer.loops)
 
 
-def _vectorise_and_parallelise(b: _Builder, n: int, machine: Machine) -> None:
-    """One nest: a unit-stride spatial loop sunk innermost when a reduction loop is (a pooling window),
-    the innermost loop vectorised, the outermost spatial loop with work for every core made parallel
-    (moved outside the reduction loops first when it stands inside them)."""
+def _row_nest_steps(b: _Builder, n: int, machine: Machine) -> None:
+    """The steps of the recipe ROW_NEST on nest n appended to `b` (what it made, wherever it stopped)."""
     nest = b.program.nests[n]
     if not all(isinstance(i, Stmt) for i in nest.body) or not nest.loops:
         return
     stmt = nest.body[0]
-    spatial = set(lhs_vars(stmt)) if len(nest.body) == 1 else {lp.var for lp in nest.loops}
     names = [lp.var for lp in nest.loops]
+    facts = {"names": names, "single": len(nest.body) == 1, "lanes": machine.lanes(stmt.lhs.dtype),
+             "cores": machine.cores,
+             "spatial": set(lhs_vars(stmt)) if len(nest.body) == 1 else set(names)}
+    plan = Plan(b.ctx, n, {}, facts)
+    run(ROW_NEST, plan)
+    b.ctx, b.steps = plan.ctx, b.steps + plan.steps
+
+
+def _unit_stride_below_reduction(plan: Plan) -> bool:
+    """Names the role `unit`: the loop of the statement's unit-stride subscript, where it is a spatial
+    loop standing above a reduction loop that is innermost (a pooling window) and every access walks
+    it contiguously; always goes on."""
+    names, spatial = plan.names(), plan.facts["spatial"]
+    stmt = plan.program.nests[plan.nest].body[0]
     unit = stmt.lhs.indices[-1].name if stmt.lhs.indices and isinstance(stmt.lhs.indices[-1], Var) else None
-    if len(nest.body) == 1 and names[-1] not in spatial and unit in names[:-1] \
+    if plan.facts["single"] and names[-1] not in spatial and unit in names[:-1] \
             and all(v not in spatial for v in names[names.index(unit) + 1:]) \
-            and _walks_contiguously(b.program, stmt, unit):
-        k = names.index(unit)
-        b.apply("loop_reorder", {"swap": [unit, names[-1]]} if k == len(names) - 2 else
-                {"move": unit, "to": len(names) - 1}, _at(n))
-    inner = b.program.nests[n].loops[-1]
-    lanes = machine.lanes(stmt.lhs.dtype)
-    if inner.kind == "L" and len(nest.loops) > 1:
-        for params in _vector_params(inner.extent, lanes):
-            if b.apply("loop_vectorization", params, _at(n, (inner.var,))):
-                break
-    loops = b.program.nests[n].loops
+            and _walks_contiguously(plan.program, stmt, unit):
+        plan.roles["unit"] = unit
+    return True
+
+
+def _sunk(plan: Plan) -> dict:
+    """The reorder that makes the `unit` loop innermost: a swap with its neighbour, else a move."""
+    names, unit = plan.names(), plan.var("unit")
+    k = names.index(unit)
+    return {"swap": [unit, names[-1]]} if k == len(names) - 2 else {"move": unit, "to": len(names) - 1}
+
+
+def _innermost(plan: Plan) -> bool:
+    """Names the role `inner`: the nest's innermost loop now; always goes on."""
+    plan.roles["inner"] = plan.names()[-1]
+    return True
+
+
+def _vector_variants(plan: Plan) -> Iterator[dict]:
+    return _vector_params(plan.loops()[-1].extent, plan.facts["lanes"])
+
+
+def _parallel_spatial(plan: Plan) -> bool:
+    """The outermost spatial loop (or one split off a spatial loop) with work for every core made
+    parallel, moved outside the reduction loops first where it stands inside them (one fork/join per
+    reduction step otherwise); the next candidate where that move is not legal. Nothing where a loop
+    is parallel already."""
+    loops = plan.loops()
     if any(lp.kind == "P" for lp in loops):
-        return
-    spatial |= {lp.var for lp in loops if lp.var not in names}     # split-off outer loops of spatial ones
+        return True
+    spatial = plan.facts["spatial"] | {lp.var for lp in loops if lp.var not in plan.facts["names"]}
     for k, lp in enumerate(loops[:-1]):
-        if lp.var not in spatial or lp.extent < machine.cores or lp.kind not in ("L", "B"):
+        if lp.var not in spatial or lp.extent < plan.facts["cores"] or lp.kind not in ("L", "B"):
             continue
         first_reduction = next((j for j, x in enumerate(loops) if x.var not in spatial), len(loops))
-        if k > first_reduction:   # inside a reduction loop: one fork/join per reduction step otherwise
-            if not b.apply("loop_reorder", {"swap": [loops[first_reduction].var, lp.var]}
-                           if k - first_reduction == 1 else {"move": lp.var, "to": first_reduction}, _at(n)):
-                continue
-        b.apply("loop_parallelization", {}, _at(n, (lp.var,)))
-        return
+        plan.roles["parallel"] = lp.var
+        if k > first_reduction and not plan.apply(
+                "loop_reorder", {"swap": [loops[first_reduction].var, lp.var]} if k - first_reduction == 1
+                else {"move": lp.var, "to": first_reduction}, lambda s: s.nest == plan.nest and s.path == ()):
+            continue
+        Step("loop_parallelization", ("parallel",), optional=True).run(plan)
+        return True
+    return True
+
+
+# The row kernel's schedule of one heavy nest as data: a unit-stride spatial loop sunk innermost when a
+# reduction loop is (a pooling window), the innermost loop vectorised (the widest legal variant: a split
+# to a vector width, partial results on a reduction axis, fast exp), the outermost spatial loop with
+# work for every core made parallel. Each step optional: a nest gets what is legal of it.
+ROW_NEST = (
+    _unit_stride_below_reduction,
+    Step("loop_reorder", params=_sunk, when=lambda plan: plan.var("unit") is not None, optional=True),
+    _innermost,
+    Step("loop_vectorization", ("inner",), variants=_vector_variants,
+         when=lambda plan: plan.loops()[-1].kind == "L" and len(plan.facts["names"]) > 1, optional=True),
+    _parallel_spatial,
+)
 
 
 def _fuse_parallel_nests(b: _Builder, max_steps: int) -> int:

@@ -8,13 +8,18 @@ split keeps the inner loop's name and puts a new loop outside it, which the role
 then names. So a recipe does not find its loops again by a name predicate, and nothing tracks
 renames by hand.
 
-A step may depend on the program it meets (`when`, on the plan; parameters computed from it); a
-step that applies nowhere ends the recipe, whose steps so far are then not a proposal. An entry may
-also be a check or a small step of its own, a function of the plan that says whether to go on.
+A step may depend on the program it meets (`when`, on the plan; parameters computed from it, or
+several variants tried in order, the first legal one made); a step that applies nowhere ends the
+recipe, whose steps so far are then not a proposal, unless it is `optional`. An entry may also be a
+check or a small step of its own, a function of the plan that says whether to go on.
+
+The nest a plan works on is followed too: a step that adds nests before it (a re-laid copy, an index
+table) moves it back by as many; one that adds nests after it (the combining nest of partial
+results) leaves it where it is.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from leir.ast import Program, Var, accesses, walk_expr
@@ -66,11 +71,21 @@ class Plan:
                 continue
             self.steps.append(t)
             self.ctx = self.ctx.with_program(t.after)
-            if len(self.program.nests) > before_nests and site.nest <= self.nest:
-                self.nest += len(self.program.nests) - before_nests  # a copy nest stands before ours now
+            added = len(self.program.nests) - before_nests
+            if added > 0 and (site.nest < self.nest or (site.nest == self.nest and self._moved_by(added, before))):
+                self.nest += added
             self.follow(before)
             return True
         return False
+
+    def _moved_by(self, added: int, before: list[str]) -> bool:
+        """After a step at our nest that added `added` nests: whether they stand before ours (a copy
+        or a table, whose loops have fresh names) rather than after it (partial results' combining
+        nest): our nest is the one that holds more of its loops' names; on a tie, its place."""
+        def held(i: int) -> int:
+            return len(set(before) & {lp.var for lp in self.program.nests[i].loops})
+        later = self.nest + added
+        return later < len(self.program.nests) and held(later) > held(self.nest)
 
     def follow(self, before: list[str]) -> None:
         """Each role's loop after a step: the same name where it kept it; the same place where the
@@ -103,23 +118,32 @@ class Plan:
 @dataclass(frozen=True)
 class Step:
     """One step of a recipe: `strategy` at the site of the nest that names the loops of `loops`
-    (roles; none: any site of the nest), with `params` (a dict, or computed from the plan), made only
-    where `when` holds. A step that applies nowhere ends the recipe."""
+    (roles; none: any site of the nest), with `params` (a dict, or computed from the plan) or the
+    first legal one of `variants` (computed from the plan), made only where `when` holds. A step that
+    applies nowhere ends the recipe, unless it is `optional`."""
 
     strategy: str
     loops: tuple[str, ...] = ()
     params: dict | Callable[[Plan], dict] = field(default_factory=dict)
     when: Callable[[Plan], bool] | None = None
+    variants: Callable[[Plan], Iterable[dict]] | None = None
+    optional: bool = False
 
     def run(self, plan: Plan) -> bool:
         if self.when is not None and not self.when(plan):
             return True
-        params = self.params(plan) if callable(self.params) else dict(self.params)
         loops = tuple(plan.var(r) for r in self.loops)
         if None in loops:
-            return False
+            return self.optional
         nest = _in_nest(plan.nest)
-        return plan.apply(self.strategy, params, lambda s: nest(s) and (not loops or tuple(s.loops) == loops))
+
+        def where(s: Site) -> bool:
+            return nest(s) and (not loops or tuple(s.loops) == loops)
+        if self.variants is not None:
+            made = any(plan.apply(self.strategy, params, where) for params in self.variants(plan))
+        else:
+            made = plan.apply(self.strategy, self.params(plan) if callable(self.params) else dict(self.params), where)
+        return made or self.optional
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,10 @@ arrangement orders loops by role, and the micro-kernel recipe makes the steps th
 from __future__ import annotations
 
 from leir.parse import parse_program
-from search.macros import MICRO_KERNEL, contractions, micro_kernels
+from search.macros import MICRO_KERNEL, ROW_NEST, contractions, micro_kernels, row_kernels
 from search.recipes import Arrange, Plan, Step, run
 from strategies.base import Context
-from tests.search.test_macros import AVX512, MM_B, MM_SIG, MM_T, MM_T_SIG
+from tests.search.test_macros import AVX512, MM_B, MM_SIG, MM_T, MM_T_SIG, SOFTMAX, SOFTMAX_SIG
 
 
 def plan(program, signature, roles, **facts) -> Plan:
@@ -60,3 +60,38 @@ def test_a_strided_operand_is_transposed_first_and_the_kernel_works_on_the_nest_
     (macro, *_) = micro_kernels(Context(MM_T, MM_T_SIG), AVX512)
     assert macro.steps[0].strategy == "layout_transformation" and macro.steps[0].params["copy"] == "transposed"
     assert all(t.site.nest == 1 for t in macro.steps[1:] if t.strategy.startswith("loop_"))
+
+
+def test_a_step_tries_its_variants_in_order_and_an_optional_one_does_not_end_the_recipe():
+    p = plan(MM_B, MM_SIG, {"rows": "tx", "cols": "a", "red.0": "c"})
+    tried = []
+
+    def variants(plan):
+        for factor in (7, 5, 16, 8):   # 7 and 5 do not divide 128: the first legal one, 16, is made
+            tried.append(factor)
+            yield {"factor": factor}
+    assert Step("loop_split", ("cols",), variants=variants).run(p)
+    assert tried == [7, 5, 16] and [t.params for t in p.steps] == [{"factor": 16}]
+    assert not Step("loop_split", ("cols",), {"factor": 7}).run(p)
+    assert Step("loop_split", ("cols",), {"factor": 7}, optional=True).run(p)
+    assert Step("loop_split", ("nowhere",), {"factor": 2}, optional=True).run(p) and len(p.steps) == 1
+
+
+def test_the_plan_keeps_its_nest_when_partial_results_add_a_nest_after_it_and_moves_past_a_copy():
+    softmax = plan(SOFTMAX, SOFTMAX_SIG, {})
+    nests = len(softmax.program.nests)
+    assert Step("loop_vectorization", variants=lambda _: [{"width": 16, "partials": True}]).run(softmax)
+    assert len(softmax.program.nests) == nests + 1 and softmax.nest == 0   # the combining nest is after it
+    assert softmax.loops()[-1].kind == "V"
+    strided = plan(MM_T, MM_T_SIG, {"rows": "tx", "cols": "a", "red.0": "c"})
+    assert strided.apply("layout_transformation", {"copy": "transposed", "order": [1, 0]},
+                         lambda s: tuple(s.tensors) == ("C",))
+    assert strided.nest == 1 and strided.names() == ["tx", "a", "c"]   # the copy stands before it
+
+
+def test_the_row_kernel_recipe_on_the_softmax():
+    """Every heavy nest of the softmax vectorised and its rows made parallel, each as its own steps."""
+    (macro, *_) = row_kernels(Context(SOFTMAX, SOFTMAX_SIG), AVX512)
+    kinds = [(t.strategy, t.site.nest) for t in macro.steps]
+    assert ("loop_vectorization", 0) in kinds and ("loop_parallelization", 0) in kinds
+    assert len(ROW_NEST) >= 4
