@@ -1,6 +1,9 @@
 """The release's configs made of measurements and what the card says of them: `measured`,
 `sft`, `preference`, `preference_chat` and the trajectories, from the `effects` of the machine that
-timed the release.
+timed the release (the one that timed most of its states: the *deciding* machine). Effects are
+computed within one machine, never across two; where other machines timed states of the release too,
+`measured` also holds their rows (one per step and machine, `machine_id` says which), and the
+decisions (`sft`, `preference`) stay the deciding machine's.
 
 - `measured`: one row per released step of a program written for the build's target (the steps it
   times): its record (parent, depth, site, parameters, claim), its verification, its before and
@@ -204,14 +207,36 @@ def measured_rows(lake, target: str):
     timings = [r for r in read_table(lake, "timings").to_pylist() if r["target"] == target]
     machine_id = measuring_machine(timings, wanted, target)
     mine = [r for r in timings if r["machine_id"] == machine_id and r["status"] == "ok"]
-    effects = [e for e in read_table(lake, "effects").to_pylist() if e["machine_id"] == machine_id
-               and e["target"] == target]
+    effects = [e for e in read_table(lake, "effects").to_pylist() if e["target"] == target]
     follow_ups = passing_follow_ups(lake, released)
-    rows = released_effect_rows(ReleasedSteps(released, after_of, programs, status, split), effects, follow_ups,
+    record = ReleasedSteps(released, after_of, programs, status, split)
+    rows = released_effect_rows(record, [e for e in effects if e["machine_id"] == machine_id], follow_ups,
                                 machine_id, target)
+    for other in other_machines(timings, wanted, machine_id):
+        theirs = released_effect_rows(record, [e for e in effects if e["machine_id"] == other], follow_ups, other,
+                                      target)
+        rows += [r for r in theirs if r["machine_id"] is not None]   # only the steps that machine timed
     machine = json.loads(mine[0]["machine"]) if mine else None
     cot = {s["step_id"]: s["cot"] for s in released} | {f["step_id"]: f["cot"] for f in follow_ups}
-    return rows, machine, timing_summary(mine, rows), _chain_prompt(programs), _chain_answer(cot)
+    deciding = [r for r in rows if r["machine_id"] in (None, machine_id)]
+    return rows, machine, timing_summary(mine, deciding), _chain_prompt(programs), _chain_answer(cot)
+
+
+def other_machines(timings: list[dict], wanted: set[str], deciding: str | None) -> list[str]:
+    """The machines other than the deciding one that timed some of the `wanted` states, most states
+    first (ties: the smaller id)."""
+    counts = Counter(m for m, _ in {(r["machine_id"], r["state_id"]) for r in timings
+                                  if r["status"] == "ok" and r["state_id"] in wanted and r["machine_id"] != deciding})
+    return [m for m, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+def machines_of(timings: list[dict]) -> dict[str, dict]:
+    """Each machine's fingerprint (the first `ok` row's), by id."""
+    out: dict[str, dict] = {}
+    for r in timings:
+        if r["status"] == "ok" and r["machine_id"] not in out:
+            out[r["machine_id"]] = json.loads(r["machine"])
+    return out
 
 
 def _split_of_steps(samples: list[dict]) -> dict[str, str]:
@@ -435,6 +460,7 @@ def measured_section(m) -> str:
               "Effects are measurements of this machine: another CPU may rank the same steps differently. The "
               "`default` and `chat` configs never depend on them (two rebuilds give the same bytes on any machine); "
               "`measured`, `sft`, `preference`, `preference_chat` and `trajectories` do.", ""]
+    lines += _other_machines_paragraph(m)
     lines += _effect_tables(m)
     lines += _claims_paragraph(m.effects)
     lines += _chains_paragraph(m.effects)
@@ -442,6 +468,21 @@ def measured_section(m) -> str:
     lines += _trajectory_paragraph(m)
     lines += _cost_model_paragraph(m)
     return "\n".join(lines)
+
+
+def _other_machines_paragraph(m) -> list[str]:
+    """Where other machines timed the release's states too: how many `measured` rows each holds."""
+    if not m.other_effects:
+        return []
+    counts = Counter(r["machine_id"] for r in m.other_effects)
+    listed = "; ".join(f"`{mid}` ({m.other_machines.get(mid, {}).get('cpu_model', 'unknown CPU')}): {n} rows"
+                       for mid, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    decided = sum(1 for r in m.effects if r.get("machine_id"))
+    return [f"Other machines timed states of this release too, each its states in sessions of its own, and each "
+            "step's effect comes from one machine's timings only (never a before-state of one machine against an "
+            f"after-state of another). `measured` holds one row per step and machine: {decided} rows of the deciding "
+            f"machine (`{m.machine.get('id')}`, above), and {listed}. `sft` and `preference` are decided by the "
+            "deciding machine alone; compare machines on the steps they share (`machine_id`).", ""]
 
 
 def _protocol_paragraph(m) -> str:

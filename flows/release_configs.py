@@ -58,7 +58,7 @@ MEASURED_SCHEMAS = {
 
 
 # How each config's rows are ordered (a rebuild gives the same bytes).
-SORT_KEYS = {"measured": ("step_id",), "gpu_steps": ("step_id",), "sft": ("sample_id",),
+SORT_KEYS = {"measured": ("step_id", "machine_id"), "gpu_steps": ("step_id",), "sft": ("sample_id",),
              "preference": ("prompt", "chosen_step_id", "rejected_step_id"),
              "preference_chat": ("chosen_step_id", "rejected_step_id"), "trajectories": ("trajectory_id",),
              "trajectories_fast_exp": ("trajectory_id",)}
@@ -84,10 +84,14 @@ class Measured:
     gpu_steps: list[dict] = field(default_factory=list)  # the records of steps of GPU programs: never timed
     preference_per_prompt: int = 4  # the bound on pairs per prompt (`release.preference_pairs_per_prompt`)
     verified_on_cuda: int = 0  # released steps of GPU programs also verified on CUDA (a GPU in the build)
+    # the `measured` rows of machines other than the deciding one (`machine`), and their fingerprints
+    other_effects: list[dict] = field(default_factory=list)
+    other_machines: dict = field(default_factory=dict)
 
     def rows(self, config: str) -> list[dict]:
         published = [t for t in self.trajectories if t["format"] == "published"]
-        return {"measured": self.effects, "gpu_steps": self.gpu_steps, "sft": self.sft, "preference": self.preference,
+        return {"measured": self.effects + self.other_effects, "gpu_steps": self.gpu_steps, "sft": self.sft,
+                "preference": self.preference,
                 "preference_chat": self.preference_chat, "trajectories": published,
                 "trajectories_fast_exp": [t for t in self.trajectories if t["format"] != "published"]}[config]
 
@@ -106,6 +110,9 @@ def measured_inputs(lake: Path, params, reports: Path | None = None) -> Measured
 
     target = params.verify["target"]
     rows, machine, timing, chain_prompt, chain_answer = measured_rows(lake, target)
+    deciding = machine.get("id") if machine else None
+    others = [r for r in rows if r["machine_id"] not in (None, deciding)]
+    rows = [r for r in rows if r["machine_id"] in (None, deciding)]
     # `measured` holds what this build can time: the steps of programs written for its target; the
     # records of the others (programs written for a GPU) are `gpu_steps`, with the same columns
     effects = [r for r in rows if r["program_target"] == target]
@@ -121,7 +128,20 @@ def measured_inputs(lake: Path, params, reports: Path | None = None) -> Measured
     trajectories, left_out = release_trajectories(lake, split_of)
     return Measured(effects, pairs, trajectories, machine, model if model.exists() else None, quality,
                     sft_rows(samples, effects, chain_prompt, chain_answer), preference_chat_rows(pairs), timing,
-                    left_out, gpu_steps, per_prompt, _verified_on_cuda(lake, gpu_steps))
+                    left_out, gpu_steps, per_prompt, _verified_on_cuda(lake, gpu_steps),
+                    [r for r in others if r["program_target"] == target], _fingerprints(lake, others, target))
+
+
+def _fingerprints(lake: Path, others: list[dict], target: str) -> dict:
+    """The fingerprints of the machines of `others`, by id."""
+    from flows.measured import machines_of
+
+    if not others:
+        return {}
+    wanted = {r["machine_id"] for r in others}
+    timings = [r for r in read_table(lake, "timings").to_pylist()
+               if r["target"] == target and r["machine_id"] in wanted]
+    return machines_of(timings)
 
 
 def _verified_on_cuda(lake: Path, steps: list[dict]) -> int:

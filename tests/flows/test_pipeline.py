@@ -684,3 +684,52 @@ def test_a_dead_worker_is_tried_again_and_never_replaces_a_verdict(harness, tmp_
     third = run_stage("verify", params, lake, reports)
     assert third["verified"] == third["rows"]
     assert {p.name: p.read_bytes() for p in sorted((lake / "verifications").glob("*.parquet"))} == shards
+
+
+def test_a_second_machines_timings_are_released_beside_and_never_decide(tiny_lake, tmp_path):
+    """A lake timed on two machines (the second one's rows made here from the first's, for half of
+    the states, its effects reversed): `measured` holds one row per step and machine, each machine's
+    effects from its own timings; `sft` and `preference` stay the deciding machine's; the card says
+    which machine decided and how many rows each holds."""
+    import shutil
+
+    from flows.config import load_params
+    from flows.release_configs import measured_inputs
+    from flows.storage import read_table, write_shard
+
+    root, _ = tiny_lake
+    lake = tmp_path / "lake"
+    shutil.copytree(root / "lake", lake)
+    target = load_params(profile="tiny").verify["target"]
+    timings = [r for r in read_table(lake, "timings").to_pylist() if r["target"] == target and r["status"] == "ok"]
+    first = sorted({r["machine_id"] for r in timings})
+    assert len(first) == 1
+    states = sorted({r["state_id"] for r in timings})[::2]
+    other = {**json.loads(timings[0]["machine"]), "id": "second-machine", "cpu_model": "Another CPU"}
+    theirs = [{**r, "machine_id": "second-machine", "machine": json.dumps(other, sort_keys=True)}
+              for r in timings if r["state_id"] in set(states)]
+    write_shard(lake, "timings", "second-machine-all", theirs)
+    flipped = {"faster": "slower", "slower": "faster"}
+    effects = [e for e in read_table(lake, "effects").to_pylist() if e["target"] == target]
+    theirs_effects = [{**e, "machine_id": "second-machine", "effect": flipped.get(e["effect"], e["effect"])}
+                      for e in effects[::2]]
+    write_shard(lake, "effects", "second-machine-all", theirs_effects)
+
+    alone = measured_inputs(root / "lake", load_params(profile="tiny"))
+    both = measured_inputs(lake, load_params(profile="tiny"))
+    assert both.machine["id"] == first[0]                       # the machine that timed most states decides
+    assert both.effects == alone.effects and both.sft == alone.sft and both.preference == alone.preference
+    rows = both.rows("measured")
+    assert len(rows) == len(alone.effects) + len(both.other_effects) and both.other_effects
+    assert {r["machine_id"] for r in both.other_effects} == {"second-machine"}
+    keys = [(r["step_id"], r["machine_id"]) for r in rows]
+    assert len(keys) == len(set(keys))                           # one row per step and machine
+    by_step = {r["step_id"]: r for r in alone.effects}
+    for r in both.other_effects:                                  # each machine's own effects
+        mine = by_step[r["step_id"]]
+        assert r["effect"] == flipped.get(mine["effect"], mine["effect"]) or mine["machine_id"] is None
+    from flows.measured import measured_section
+    card = measured_section(both)
+    assert "Other machines timed states of this release too" in card
+    assert f"`second-machine` (Another CPU): {len(both.other_effects)} rows" in card
+    assert "Other machines" not in measured_section(alone)
