@@ -103,3 +103,19 @@ def test_in_process_timing_gets_the_thread_count_of_the_timing_workers():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     got, wanted = out.stdout.split()[-2:]
     assert got == wanted  # on this 2-core x86 machine TVM alone would take 1
+
+
+def test_a_named_machine_has_a_fingerprint_of_its_own(monkeypatch):
+    """Two processes of one host standing for two machines (`STEPTP_MACHINE`) time under two ids;
+    unnamed, the fingerprint is the CPU facts alone, as every earlier timing's."""
+    from gpu_tasks.fingerprint import MACHINE_NAME_ENV, machine_fingerprint
+
+    monkeypatch.delenv(MACHINE_NAME_ENV, raising=False)
+    plain = machine_fingerprint("llvm")
+    assert "machine" not in plain
+    monkeypatch.setenv(MACHINE_NAME_ENV, "worker-b")
+    named = machine_fingerprint("llvm")
+    assert named["machine"] == "worker-b" and named["id"] != plain["id"]
+    assert {k: v for k, v in named.items() if k not in ("machine", "id")} == {k: v for k, v in plain.items() if k != "id"}
+    monkeypatch.setenv(MACHINE_NAME_ENV, "worker-c")
+    assert machine_fingerprint("llvm")["id"] != named["id"]
