@@ -30,6 +30,7 @@ states (ties: the smaller fingerprint id), so that every figure of a release com
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -44,6 +45,7 @@ from flows.lake_queries import released_step_rows
 from flows.storage import read_table, write_shard
 from flows.tasks import StageProgress, say
 from gpu_tasks.effect import step_effect  # pure arithmetic: no TVM
+from gpu_tasks.fingerprint import MACHINE_NAME_ENV, with_name  # TVM only inside machine_fingerprint
 
 DEFAULTS = {"min_rounds": 5, "max_rounds": 15, "target_spread": 0.03, "min_repeat_ms": 4, "max_measure_s": 120.0,
             "timeout_s": 900.0, "unit": "nest", "whole_below_us": 5.0, "agreement_states": 200}
@@ -230,7 +232,7 @@ def measure_groups(groups: list[StateGroup], existing: dict[tuple[str, str], dic
     with progress:
         for index, result in pool.imap([group_job(g, cfg, target) for g in todo]):
             group = todo[index]
-            fp = getattr(result, "fingerprint", None) or fingerprint
+            fp = with_name(getattr(result, "fingerprint", None) or fingerprint, fingerprint.get("machine"))
             session = {**base, "fingerprint": fp, "session_id": stable_id("timing-session", run_id, group.program_id)}
             rows = group_rows(group, result, cfg, session)
             rows_by_family[group.family].extend(rows)
@@ -307,6 +309,8 @@ def measure_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
         fingerprint = pool.broadcast(session_fingerprint, target)[0]
         if not isinstance(fingerprint, dict):  # the worker failed before timing anything: say why
             raise RuntimeError(f"measure: the timing worker could not start: {fingerprint}")
+        # this process names the machine (STEPTP_MACHINE), whatever its workers' environment was
+        fingerprint = with_name(fingerprint, os.environ.get(MACHINE_NAME_ENV))
         run_id = stable_id("timing-run", fingerprint, time.time_ns(), length=12)
         protocol = protocol_of(cfg)
         existing = {(r["state_id"], r["unit"]): r for r in read_table(lake, "timings").to_pylist()

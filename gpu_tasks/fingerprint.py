@@ -7,10 +7,6 @@ import os
 import platform
 from functools import cache
 
-import tvm
-
-from gpu_tasks.threads import tvm_threads
-
 
 @cache
 def cpu_model() -> str:
@@ -30,10 +26,14 @@ def cpu_model() -> str:
 MACHINE_NAME_ENV = "STEPTP_MACHINE"
 
 
-def machine_fingerprint(target: str) -> dict:
-    """CPU model, logical CPUs, TVM threads, TVM version and target string (and the machine's name,
-    `STEPTP_MACHINE`, where one is set), plus a short `id` (sha256 of the rest) to group rows
-    measured under the same conditions."""
+def machine_fingerprint(target: str, name: str | None = None) -> dict:
+    """CPU model, logical CPUs, TVM threads, TVM version and target string (and the machine's name:
+    `name`, else `STEPTP_MACHINE` where it is set), plus a short `id` (sha256 of the rest) to group
+    rows measured under the same conditions."""
+    import tvm
+
+    from gpu_tasks.threads import tvm_threads
+
     facts = {
         "cpu_model": cpu_model(),
         "logical_cpus": os.cpu_count() or 1,
@@ -41,7 +41,15 @@ def machine_fingerprint(target: str) -> dict:
         "tvm_version": tvm.__version__,
         "target": target,
     }
-    if os.environ.get(MACHINE_NAME_ENV):
-        facts["machine"] = os.environ[MACHINE_NAME_ENV]
+    return with_name(facts, os.environ.get(MACHINE_NAME_ENV) if name is None else name)
+
+
+def with_name(fingerprint: dict, name: str | None) -> dict:
+    """The fingerprint as the machine `name` (none: the CPU facts alone), its `id` computed again: what
+    a process that names its machine applies to what its workers report (they may have started
+    before the name was set)."""
+    facts = {k: v for k, v in fingerprint.items() if k not in ("id", "machine")}
+    if name:
+        facts["machine"] = name
     digest = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
     return {**facts, "id": digest}

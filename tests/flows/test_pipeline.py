@@ -733,3 +733,35 @@ def test_a_second_machines_timings_are_released_beside_and_never_decide(tiny_lak
     assert "Other machines timed states of this release too" in card
     assert f"`second-machine` (Another CPU): {len(both.other_effects)} rows" in card
     assert "Other machines" not in measured_section(alone)
+
+
+def test_a_second_named_machine_times_the_same_lake_beside_the_first(tiny_lake, tmp_path, monkeypatch):
+    """`STEPTP_MACHINE=worker-b steptp stage measure` on a lake the first machine timed: every state
+    timed again under worker-b's own fingerprint, its shards beside the first machine's, its effects
+    from its own timings; the release keeps both (the first decides: it timed as many states, and its
+    id sorts first or it timed more)."""
+    import shutil
+
+    from flows.pipeline import run_stage
+    from flows.release_configs import measured_inputs
+    from flows.storage import read_table
+
+    root, _ = tiny_lake
+    lake = tmp_path / "lake"
+    shutil.copytree(root / "lake", lake)
+    before = {r["machine_id"] for r in read_table(lake, "timings").to_pylist()}
+    monkeypatch.setenv("STEPTP_MACHINE", "worker-b")
+    out = run_stage("measure", load_params(profile="tiny"), lake, tmp_path / "reports")
+    timings = read_table(lake, "timings").to_pylist()
+    machines = {r["machine_id"] for r in timings}
+    assert len(before) == 1 and len(machines) == 2 and out["machine_id"] in machines - before
+    named = [json.loads(r["machine"]) for r in timings if r["machine_id"] == out["machine_id"]]
+    assert all(m["machine"] == "worker-b" for m in named) and out["states_reused"] == 0
+    first, second = ({r["state_id"] for r in timings if r["machine_id"] == m and r["status"] == "ok"}
+                     for m in (*before, out["machine_id"]))
+    assert second >= first                                   # worker-b timed every state the first did
+    effects = read_table(lake, "effects").to_pylist()
+    assert {e["machine_id"] for e in effects} == machines
+    m = measured_inputs(lake, load_params(profile="tiny"))
+    assert {r["machine_id"] for r in m.other_effects} <= machines and m.other_effects
+    assert len({(r["step_id"], r["machine_id"]) for r in m.rows("measured")}) == len(m.rows("measured"))
