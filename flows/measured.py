@@ -187,13 +187,33 @@ def _sft_row(sample: dict, text: tuple[str, str], kind: str, m: dict) -> dict:
 
 # --- read from the lake: the measuring machine's effects, the chains' texts, the trajectories --------
 
-def measured_rows(lake, target: str):
-    """(the `measured` rows, the measuring machine's fingerprint or None, the timing summary of the
-    card, the chain samples' prompt and answer functions) of `lake`."""
+@dataclass(frozen=True)
+class MeasuredRows:
+    """A lake's `measured` rows: for each released step the row that decides (`deciding`: the row of
+    the machine that timed most states among those that timed the step; a row without times where
+    none did) and the rows of the other machines that timed it (`others`); the fingerprints of the
+    machines by id, most states first (`machines`); the timing summary of the card (the first
+    machine's); the chain samples' prompt and answer functions."""
+
+    deciding: list[dict]
+    others: list[dict]
+    machines: dict
+    timing: dict
+    chain_prompt: object
+    chain_answer: object
+
+    @property
+    def machine(self) -> dict | None:
+        """The machine that timed most states (the card's protocol paragraph is its)."""
+        return next(iter(self.machines.values()), None)
+
+
+def measured_rows(lake, target: str) -> MeasuredRows:
+    """The `measured` rows of `lake` for `target` (see MeasuredRows)."""
     from pathlib import Path
 
     from flows.lake_queries import released_step_rows
-    from flows.measure import measuring_machine, passing_follow_ups, timed_on
+    from flows.measure import passing_follow_ups, timed_on
     from flows.storage import read_table
 
     lake = Path(lake)
@@ -205,28 +225,37 @@ def measured_rows(lake, target: str):
     split = _split_of_steps(read_table(lake, "samples").select(["split", "step_ids"]).to_pylist())
     wanted = {x for s in released if timed_on(programs[s["program_id"]], target) for x in state_ids(s, after_of)}
     timings = [r for r in read_table(lake, "timings").to_pylist() if r["target"] == target]
-    machine_id = measuring_machine(timings, wanted, target)
-    mine = [r for r in timings if r["machine_id"] == machine_id and r["status"] == "ok"]
+    ranked = ranked_machines(timings, wanted)
     effects = [e for e in read_table(lake, "effects").to_pylist() if e["target"] == target]
     follow_ups = passing_follow_ups(lake, released)
     record = ReleasedSteps(released, after_of, programs, status, split)
-    rows = released_effect_rows(record, [e for e in effects if e["machine_id"] == machine_id], follow_ups,
-                                machine_id, target)
-    for other in other_machines(timings, wanted, machine_id):
-        theirs = released_effect_rows(record, [e for e in effects if e["machine_id"] == other], follow_ups, other,
-                                      target)
-        rows += [r for r in theirs if r["machine_id"] is not None]   # only the steps that machine timed
-    machine = json.loads(mine[0]["machine"]) if mine else None
+    per_machine = [released_effect_rows(record, [e for e in effects if e["machine_id"] == m], follow_ups, m, target)
+                   for m in ranked] or [released_effect_rows(record, [], follow_ups, None, target)]
+    deciding, others = deciding_rows(per_machine)
+    first = [r for r in timings if ranked and r["machine_id"] == ranked[0] and r["status"] == "ok"]
     cot = {s["step_id"]: s["cot"] for s in released} | {f["step_id"]: f["cot"] for f in follow_ups}
-    deciding = [r for r in rows if r["machine_id"] in (None, machine_id)]
-    return rows, machine, timing_summary(mine, deciding), _chain_prompt(programs), _chain_answer(cot)
+    fingerprints = machines_of(timings)
+    return MeasuredRows(deciding, others, {m: fingerprints[m] for m in ranked},
+                        timing_summary(first, [r for r in deciding if r["machine_id"] in (None, *ranked[:1])]),
+                        _chain_prompt(programs), _chain_answer(cot))
 
 
-def other_machines(timings: list[dict], wanted: set[str], deciding: str | None) -> list[str]:
-    """The machines other than the deciding one that timed some of the `wanted` states, most states
-    first (ties: the smaller id)."""
+def deciding_rows(per_machine: list[list[dict]]) -> tuple[list[dict], list[dict]]:
+    """(for each step the row of the first machine that timed it, else the first machine's row
+    without times; the rows of the other machines that timed it): `per_machine` holds one row per
+    released step for each machine, in the same step order, machines most states first."""
+    deciding, others = [], []
+    for candidates in zip(*per_machine, strict=True):   # one row per machine, for the same step
+        timed = [r for r in candidates if r["machine_id"] is not None]
+        deciding.append(timed[0] if timed else candidates[0])
+        others += timed[1:]
+    return deciding, others
+
+
+def ranked_machines(timings: list[dict], wanted: set[str]) -> list[str]:
+    """The machines that timed some of the `wanted` states, most states first (ties: the smaller id)."""
     counts = Counter(m for m, _ in {(r["machine_id"], r["state_id"]) for r in timings
-                                  if r["status"] == "ok" and r["state_id"] in wanted and r["machine_id"] != deciding})
+                                  if r["status"] == "ok" and r["state_id"] in wanted})
     return [m for m, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
@@ -471,18 +500,23 @@ def measured_section(m) -> str:
 
 
 def _other_machines_paragraph(m) -> list[str]:
-    """Where other machines timed the release's states too: how many `measured` rows each holds."""
+    """Where several machines timed the release's states: the rows each holds in `measured`, and how
+    many steps each decides."""
     if not m.other_effects:
         return []
-    counts = Counter(r["machine_id"] for r in m.other_effects)
-    listed = "; ".join(f"`{mid}` ({m.other_machines.get(mid, {}).get('cpu_model', 'unknown CPU')}): {n} rows"
-                       for mid, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
-    decided = sum(1 for r in m.effects if r.get("machine_id"))
-    return [f"Other machines timed states of this release too, each its states in sessions of its own, and each "
-            "step's effect comes from one machine's timings only (never a before-state of one machine against an "
-            f"after-state of another). `measured` holds one row per step and machine: {decided} rows of the deciding "
-            f"machine (`{m.machine.get('id')}`, above), and {listed}. `sft` and `preference` are decided by the "
-            "deciding machine alone; compare machines on the steps they share (`machine_id`).", ""]
+    rows = Counter(r["machine_id"] for r in m.effects + m.other_effects if r["machine_id"])
+    decides = Counter(r["machine_id"] for r in m.effects if r["machine_id"])
+    def who(mid: str) -> str:
+        fp = m.other_machines.get(mid, {})
+        return fp.get("cpu_model", "unknown CPU") + (f", named `{fp['machine']}`" if fp.get("machine") else "")
+    listed = "; ".join(f"`{mid}` ({who(mid)}): {n} rows, deciding {decides[mid]}"
+                       for mid, n in sorted(rows.items(), key=lambda kv: (-decides[kv[0]], -kv[1], kv[0])))
+    return ["Several machines timed states of this release, each its states in sessions of its own: a step's "
+            "effect comes from one machine's timings only (never a state of one machine against a state of "
+            "another). `measured` holds one row per step and machine that timed it (`machine_id`); the row "
+            "that decides (what `sft` and `preference` are made of, and the tables below) is the one of the "
+            f"machine that timed most states among those that timed the step. By machine: {listed}. Compare "
+            "machines on the steps they share.", ""]
 
 
 def _protocol_paragraph(m) -> str:

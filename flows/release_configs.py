@@ -84,7 +84,8 @@ class Measured:
     gpu_steps: list[dict] = field(default_factory=list)  # the records of steps of GPU programs: never timed
     preference_per_prompt: int = 4  # the bound on pairs per prompt (`release.preference_pairs_per_prompt`)
     verified_on_cuda: int = 0  # released steps of GPU programs also verified on CUDA (a GPU in the build)
-    # the `measured` rows of machines other than the deciding one (`machine`), and their fingerprints
+    # the `measured` rows that do not decide (other machines' rows of steps timed on several), and every
+    # timing machine's fingerprint by id, most states first (where there are such rows)
     other_effects: list[dict] = field(default_factory=list)
     other_machines: dict = field(default_factory=dict)
 
@@ -109,10 +110,9 @@ def measured_inputs(lake: Path, params, reports: Path | None = None) -> Measured
     )
 
     target = params.verify["target"]
-    rows, machine, timing, chain_prompt, chain_answer = measured_rows(lake, target)
-    deciding = machine.get("id") if machine else None
-    others = [r for r in rows if r["machine_id"] not in (None, deciding)]
-    rows = [r for r in rows if r["machine_id"] in (None, deciding)]
+    found = measured_rows(lake, target)
+    rows, others, machine, timing = found.deciding, found.others, found.machine, found.timing
+    chain_prompt, chain_answer = found.chain_prompt, found.chain_answer
     # `measured` holds what this build can time: the steps of programs written for its target; the
     # records of the others (programs written for a GPU) are `gpu_steps`, with the same columns
     effects = [r for r in rows if r["program_target"] == target]
@@ -129,19 +129,7 @@ def measured_inputs(lake: Path, params, reports: Path | None = None) -> Measured
     return Measured(effects, pairs, trajectories, machine, model if model.exists() else None, quality,
                     sft_rows(samples, effects, chain_prompt, chain_answer), preference_chat_rows(pairs), timing,
                     left_out, gpu_steps, per_prompt, _verified_on_cuda(lake, gpu_steps),
-                    [r for r in others if r["program_target"] == target], _fingerprints(lake, others, target))
-
-
-def _fingerprints(lake: Path, others: list[dict], target: str) -> dict:
-    """The fingerprints of the machines of `others`, by id."""
-    from flows.measured import machines_of
-
-    if not others:
-        return {}
-    wanted = {r["machine_id"] for r in others}
-    timings = [r for r in read_table(lake, "timings").to_pylist()
-               if r["target"] == target and r["machine_id"] in wanted]
-    return machines_of(timings)
+                    [r for r in others if r["program_target"] == target], found.machines if others else {})
 
 
 def _verified_on_cuda(lake: Path, steps: list[dict]) -> int:

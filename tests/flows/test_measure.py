@@ -239,3 +239,22 @@ def test_the_card_gives_the_rankers_figures_beside_the_regressors_and_each_held_
     assert "the ranker's median Spearman is 0.60 over 12 held-out programs (the regressor's 0.29)" in text
     assert "weakest first (within-program Spearman, programs): indexing 0.43 (5), layout 0.75 (7)." in text
     assert "tiny" not in text  # a family with no program of 3 states is not ranked
+
+
+def test_each_step_is_decided_by_the_first_machine_that_timed_it_and_the_others_are_kept_beside():
+    """A build spread over machines: the machine that timed most states decides the steps it timed;
+    a step only another machine timed is decided by that machine; every other timed row is kept."""
+    from flows.measured import deciding_rows, ranked_machines
+
+    def row(step, machine):
+        return {"step_id": step, "machine_id": machine}
+    a = [row("s1", "A"), row("s2", "A"), row("s3", None), row("s4", None)]    # A did not time s3, s4
+    b = [row("s1", "B"), row("s2", None), row("s3", "B"), row("s4", None)]    # nobody timed s4
+    deciding, others = deciding_rows([a, b])
+    assert [(r["step_id"], r["machine_id"]) for r in deciding] == [("s1", "A"), ("s2", "A"), ("s3", "B"), ("s4", None)]
+    assert [(r["step_id"], r["machine_id"]) for r in others] == [("s1", "B")]
+    assert deciding_rows([a]) == (a, [])                                      # one machine: its rows, as ever
+    timings = [{"machine_id": m, "state_id": s, "status": "ok"} for m, s in
+               [("B", "x"), ("B", "y"), ("A", "x"), ("A", "y"), ("A", "z"), ("C", "q"), ("B", "y")]]
+    assert ranked_machines(timings, {"x", "y", "z"}) == ["A", "B"]            # C timed no wanted state
+    assert ranked_machines(timings[:4], {"x", "y"}) == ["A", "B"]             # a tie: the smaller id

@@ -730,9 +730,9 @@ def test_a_second_machines_timings_are_released_beside_and_never_decide(tiny_lak
         assert r["effect"] == flipped.get(mine["effect"], mine["effect"]) or mine["machine_id"] is None
     from flows.measured import measured_section
     card = measured_section(both)
-    assert "Other machines timed states of this release too" in card
-    assert f"`second-machine` (Another CPU): {len(both.other_effects)} rows" in card
-    assert "Other machines" not in measured_section(alone)
+    assert "Several machines timed states of this release" in card
+    assert f"`second-machine` (Another CPU): {len(both.other_effects)} rows, deciding 0" in card
+    assert "Several machines" not in measured_section(alone)
 
 
 def test_a_second_named_machine_times_the_same_lake_beside_the_first(tiny_lake, tmp_path, monkeypatch):
