@@ -113,7 +113,8 @@ def preference_pairs(samples: list[dict], effects: list[dict], per_prompt: int =
     for prompt in sorted(by_prompt):
         answers = sorted(by_prompt[prompt], key=lambda se: se[0]["sample_id"])
         found = [(fe["speedup"] / se["speedup"], fast, fe, slow, se) for fast, fe in answers if fe["effect"] == "faster"
-                 for slow, se in answers if slow is not fast and fe["speedup_low"] > se["speedup_high"]]
+                 for slow, se in answers if slow is not fast and fe["speedup_low"] > se["speedup_high"]
+                 and fe.get("machine_id") == se.get("machine_id")]   # two answers timed on one machine
         found.sort(key=lambda f: (-f[0], f[1]["sample_id"], f[3]["sample_id"]))
         for ratio, fast, fe, slow, se in found[:per_prompt]:
             pairs.append({"prompt": prompt, "chosen": fast["answer"], "rejected": slow["answer"],

@@ -72,20 +72,23 @@ class Plan:
             self.steps.append(t)
             self.ctx = self.ctx.with_program(t.after)
             added = len(self.program.nests) - before_nests
-            if added > 0 and (site.nest < self.nest or (site.nest == self.nest and self._moved_by(added, before))):
+            if added > 0 and site.nest < self.nest:
                 self.nest += added
+            elif added > 0 and site.nest == self.nest:
+                self.nest += self._moved_by(added, before)
             self.follow(before)
             return True
         return False
 
-    def _moved_by(self, added: int, before: list[str]) -> bool:
-        """After a step at our nest that added `added` nests: whether they stand before ours (a copy
-        or a table, whose loops have fresh names) rather than after it (partial results' combining
-        nest): our nest is the one that holds more of its loops' names; on a tie, its place."""
+    def _moved_by(self, added: int, before: list[str]) -> int:
+        """After a step at our nest that added `added` nests: how many of them stand before ours (a
+        copy or a table, whose loops have fresh names) rather than after it (partial results'
+        combining nest): our nest is the one of the places it can be that holds most of its loops'
+        names; on a tie, the earliest."""
         def held(i: int) -> int:
             return len(set(before) & {lp.var for lp in self.program.nests[i].loops})
-        later = self.nest + added
-        return later < len(self.program.nests) and held(later) > held(self.nest)
+        places = range(self.nest, min(self.nest + added, len(self.program.nests) - 1) + 1)
+        return max(places, key=lambda i: (held(i), -i)) - self.nest
 
     def follow(self, before: list[str]) -> None:
         """Each role's loop after a step: the same name where it kept it; the same place where the

@@ -215,7 +215,7 @@ def factor_reduction_problem(ctx: Context, top: int, k: int, factor: int) -> str
     nest = ctx.program.nests[top]
     stmt, lp = nest.body[0], nest.loops[k]
     op = reduction_op(stmt)
-    if lp.extent % factor or not 1 < factor < lp.extent:
+    if not 1 < factor < lp.extent or lp.extent % factor:
         return "the factor must properly divide the extent"
     if op is None or lp.var in lhs_vars(stmt):
         return f"{lp.var} is not a reduction axis of a reduction"

@@ -195,6 +195,9 @@ def test_preference_pairs_choose_a_faster_answer_whose_interval_lies_above_the_r
         assert p["chosen_effect"] == "faster" and p["chosen_speedup_low"] > p["rejected_speedup_high"]
     assert pairs[0]["chosen"] == "answer of ['a']" and pairs[0]["rejected"] == "answer of ['b']"
     assert len(preference_pairs(samples, effects, per_prompt=1)) == 1
+    # answers decided on two machines are never compared: b's effect timed elsewhere leaves a, c unpaired
+    elsewhere = [{**e, "machine_id": "B" if e["step_id"] == "b" else "A"} for e in effects]
+    assert preference_pairs(samples, elsewhere, per_prompt=4) == []
 
 
 @pytest.mark.parametrize("claim, effect, speedup, expected", [

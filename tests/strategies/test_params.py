@@ -62,3 +62,14 @@ def test_a_malformed_or_incomplete_step_is_no_step():
         reorder.rewrite(ctx, site, {"swap": ["nope", site.loops[0]]})
     with pytest.raises(Illegal, match="names the loop and the position"):
         reorder.rewrite(ctx, site, {"move": site.loops[0]})
+
+
+@pytest.mark.parametrize(("name", "params"), [
+    ("loop_vectorization", {"width": 0}), ("loop_tiling", {"factors": [0, 0]}), ("loop_split", {"factor": 0}),
+    ("reduction_factorization", {"factor": 0}), ("loop_vectorization", {"width": 0, "partials": True}),
+])
+def test_a_zero_factor_is_a_reason_not_a_crash(name, params):
+    strategy = get(name)
+    for ctx in _contexts():
+        for site in strategy.sites(ctx):
+            assert strategy.apply(ctx, site, params) is None

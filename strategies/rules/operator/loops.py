@@ -330,7 +330,7 @@ class LoopTiling(LoopRule):
             return "tiling takes two factors, one per loop of the pair"
         fa, fb = params.factors
         a, b = nest.loops[k], nest.loops[k + 1]
-        if a.extent % fa or b.extent % fb or not (1 < fa < a.extent and 1 < fb < b.extent):
+        if not (1 < fa < a.extent and 1 < fb < b.extent) or a.extent % fa or b.extent % fb:
             return "tile sizes must be proper divisors of the extents"
         split, loops, carry, bo = self._tiled(ctx, site, nest, k, params)
         if not keeps_relative_order([lp.var for lp in split.loops], [lp.var for lp in loops], carry):
@@ -611,7 +611,7 @@ class LoopVectorization(LoopRule):
         if params.partials:
             return self._partials_problem(ctx, site, k, params)
         lp = nest.loops[k]
-        if params.width is not None and (lp.extent % params.width or not 1 < params.width < lp.extent):
+        if params.width is not None and (not 1 < params.width < lp.extent or lp.extent % params.width):
             return f"{params.width} does not properly divide the extent {lp.extent}"
         nest, k, stmts = self._lanes(ctx, site, nest, k, params)
         lp = nest.loops[k]
