@@ -328,13 +328,18 @@ def measure_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
             "states_per_s": round(rate, 2), "machine_id": fingerprint["id"], "cpu": fingerprint["cpu_model"]}
 
 
+def ranked_machines(timings: list[dict], wanted: set[str]) -> list[str]:
+    """The machines that timed some of the `wanted` states, most states first (ties: the smaller id)."""
+    counts = Counter(m for m, _ in {(r["machine_id"], r["state_id"]) for r in timings
+                                  if r["status"] == "ok" and r["state_id"] in wanted})
+    return [m for m, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+
 def measuring_machine(timings: list[dict], wanted: set[str], target: str) -> str | None:
     """The machine id with the most timed states among the `wanted` states (ties: the smaller id)."""
-    counts = Counter(m for m, _ in {(r["machine_id"], r["state_id"]) for r in timings
-                                  if r["status"] == "ok" and r["target"] == target and r["state_id"] in wanted})
-    if not counts:
-        return None
-    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+    ranked = ranked_machines([r for r in timings if r["target"] == target], wanted)
+    return ranked[0] if ranked else None
 
 
 # --- comparisons of two timed states: the unit, the pairing, the interval ---------------

@@ -1,9 +1,9 @@
 """The release's configs made of measurements and what the card says of them: `measured`,
 `sft`, `preference`, `preference_chat` and the trajectories, from the `effects` of the machine that
-timed the release (the one that timed most of its states: the *deciding* machine). Effects are
-computed within one machine, never across two; where other machines timed states of the release too,
-`measured` also holds their rows (one per step and machine, `machine_id` says which), and the
-decisions (`sft`, `preference`) stay the deciding machine's.
+timed them. Effects are computed within one machine, never across two. Where several machines timed
+states of the release, `measured` holds one row per step and machine that timed it (`machine_id`);
+each step is decided (`sft`, `preference`, the card's tables) by the machine that timed most states
+among those that timed the step, and a preference pair compares two answers of one machine.
 
 - `measured`: one row per released step of a program written for the build's target (the steps it
   times): its record (parent, depth, site, parameters, claim), its verification, its before and
@@ -27,7 +27,7 @@ import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
-from flows.measure import state_ids
+from flows.measure import ranked_machines, state_ids
 from gpu_tasks.effect import EFFECTS
 from strategies.cot import CLAIMS
 
@@ -251,13 +251,6 @@ def deciding_rows(per_machine: list[list[dict]]) -> tuple[list[dict], list[dict]
         deciding.append(timed[0] if timed else candidates[0])
         others += timed[1:]
     return deciding, others
-
-
-def ranked_machines(timings: list[dict], wanted: set[str]) -> list[str]:
-    """The machines that timed some of the `wanted` states, most states first (ties: the smaller id)."""
-    counts = Counter(m for m, _ in {(r["machine_id"], r["state_id"]) for r in timings
-                                  if r["status"] == "ok" and r["state_id"] in wanted})
-    return [m for m, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
 def machines_of(timings: list[dict]) -> dict[str, dict]:
