@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from multiprocessing import context, popen_forkserver, spawn
 from multiprocessing.connection import Connection, wait
 
-from gpu_tasks.threads import set_thread_env
+from gpu_tasks.threads import kernel_process_env, set_thread_env
 
 # Modules imported once in the fork server, so that every worker starts with TVM loaded (and
 # without PyTorch, see worker_env).
@@ -153,7 +153,8 @@ class WorkerPool:
             process = self._ctx.Process(target=serve, args=args, name="steptp-worker", daemon=True)
         else:
             process = _WarmProcess(target=serve, args=args, name="steptp-worker", daemon=True)
-        process.start()
+        with kernel_process_env():  # the fork server starts with the first worker and keeps this environment
+            process.start()
         child_end.close()
         return _Worker(process, parent_end)
 
