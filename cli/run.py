@@ -95,16 +95,11 @@ def _outside_project(lake: Path) -> bool:
     return lake.resolve() != (ROOT / "lake").resolve()
 
 
-def _task_runner(runner: str, address: str | None, workers: int = 2):
-    if runner == "local":
-        return None
-    if runner != "dask":
+def _check_runner(runner: str, workers: int) -> None:
+    if runner not in ("local", "dask"):
         fail(f"--runner must be local or dask, got {runner!r}")
     if workers < 1:
         fail("--workers must be at least 1")
-    from flows.pipeline import dask_runner
-
-    return dask_runner(address, workers)
 
 
 def register(app: typer.Typer) -> None:
@@ -132,15 +127,15 @@ def register(app: typer.Typer) -> None:
             from flows.pipeline import GateFailed, gate_refusal, pipeline_flow
             from flows.storage import StorageError
 
-            task_runner = _task_runner(runner, address, workers)
+            _check_runner(runner, workers)
             try:
-                if task_runner is None:
+                if runner == "local":
                     refused = gate_refusal(pipeline_flow(params.raw, params.profile_name, str(lake), str(reports),
                                                          stop_after))
                     if refused:
                         raise GateFailed(refused)
                 else:
-                    _run_with_runner(params, lake, reports, stop_after, task_runner)
+                    _run_on_cluster(params, lake, reports, stop_after, address, workers)
             except GateFailed as e:  # the failed expectations, exit 1: a refusal, not a crash
                 fail(f"release refused by the gate:\n{e}", code=1)
             except StorageError as e:  # a damaged shard: named, not a traceback
@@ -274,11 +269,17 @@ def register(app: typer.Typer) -> None:
             serve_nightly(name, cron)
 
 
-def _run_with_runner(params, lake: Path, reports: Path, stop_after: str, task_runner) -> None:
+def _run_on_cluster(params, lake: Path, reports: Path, stop_after: str, address: str | None, workers: int) -> None:
+    """Every stage with its tasks on the Dask cluster at `address`, or on a local cluster of `workers`
+    processes started once for the whole run."""
+    from contextlib import nullcontext
+
+    from flows.cluster import dask_runner, local_cluster
     from flows.pipeline import STAGES, run_stage
 
-    for stage in STAGES:
-        result = run_stage(stage, params, lake, reports, task_runner=task_runner)
-        typer.echo(f"{stage}: {result}", err=True)
-        if stage == stop_after:
-            break
+    with nullcontext(address) if address else local_cluster(workers) as scheduler:
+        for stage in STAGES:
+            result = run_stage(stage, params, lake, reports, task_runner=dask_runner(scheduler))
+            typer.echo(f"{stage}: {result}", err=True)
+            if stage == stop_after:
+                break

@@ -37,8 +37,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prefect import flow
+from prefect import flow, task
 
+from flows.cluster import on_cluster
 from flows.config import Params
 from flows.keys import rank, stable_id
 from flows.lake_queries import released_step_rows
@@ -227,13 +228,10 @@ def measure_groups(groups: list[StateGroup], existing: dict[tuple[str, str], dic
             write_shard(lake, "timings", f"{fingerprint['id']}-{f}", _one_per_key(rows_by_family[f]))
     progress = StageProgress("measure", total=len(todo), unit="states", items=sum(len(g.states) for g in todo))
     timed = failed = 0
-    base = {"target": target, "fingerprint": fingerprint, "run_id": run_id, "protocol": protocol_of(cfg),
-            "sample_ms": int(cfg["min_repeat_ms"])}
     with progress:
         for index, result in pool.imap([group_job(g, cfg, target) for g in todo]):
             group = todo[index]
-            fp = with_name(getattr(result, "fingerprint", None) or fingerprint, fingerprint.get("machine"))
-            session = {**base, "fingerprint": fp, "session_id": stable_id("timing-session", run_id, group.program_id)}
+            session = timing_session(result, fingerprint, run_id, group, cfg, target)
             rows = group_rows(group, result, cfg, session)
             rows_by_family[group.family].extend(rows)
             ok = sum(r["status"] == "ok" for r in rows if r["unit"] == cfg["unit"])
@@ -245,6 +243,14 @@ def measure_groups(groups: list[StateGroup], existing: dict[tuple[str, str], dic
             progress.advance(len(group.states))
     reused = sum(len(g.states) for g in groups) - sum(len(g.states) for g in todo)
     return {"states_timed": timed, "states_failed": failed, "states_reused": reused}, rows_by_family
+
+
+def timing_session(result, machine: dict, run_id: str, group: StateGroup, cfg: dict, target: str) -> dict:
+    """What the rows of one group's timing session share: the machine (the fingerprint the session
+    reports, named as `machine` is), the run, the protocol, the session's id."""
+    fp = with_name(getattr(result, "fingerprint", None) or machine, machine.get("machine"))
+    return {"target": target, "fingerprint": fp, "run_id": run_id, "protocol": protocol_of(cfg),
+            "sample_ms": int(cfg["min_repeat_ms"]), "session_id": stable_id("timing-session", run_id, group.program_id)}
 
 
 def _opt_level(cfg: dict) -> int | None:
@@ -292,9 +298,6 @@ def passing_follow_ups(lake: Path, released: list[dict]) -> list[dict]:
 
 @flow(name="measure")
 def measure_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
-    from gpu_tasks.state_timing import session_fingerprint
-    from gpu_tasks.timing import timing_pool
-
     params, lake = Params(raw, profile), Path(lake)
     cfg = measure_params(params)
     target = params.verify["target"]
@@ -305,27 +308,143 @@ def measure_flow(raw: dict, profile: str, lake: str, reports: str) -> dict:
     groups = state_groups(programs, steps, released, target, follow_ups)
     choose_agreement_states(groups, int(cfg["agreement_states"]), params.seed)
     start = time.perf_counter()
-    with timing_pool(timeout_s=float(cfg["timeout_s"])) as pool:
-        fingerprint = pool.broadcast(session_fingerprint, target)[0]
-        if not isinstance(fingerprint, dict):  # the worker failed before timing anything: say why
-            raise RuntimeError(f"measure: the timing worker could not start: {fingerprint}")
-        # this process names the machine (STEPTP_MACHINE), whatever its workers' environment was
-        fingerprint = with_name(fingerprint, os.environ.get(MACHINE_NAME_ENV))
-        run_id = stable_id("timing-run", fingerprint, time.time_ns(), length=12)
-        protocol = protocol_of(cfg)
-        existing = {(r["state_id"], r["unit"]): r for r in read_table(lake, "timings").to_pylist()
-                    if r["machine_id"] == fingerprint["id"] and r["target"] == target and r["protocol"] == protocol}
-        run = MeasureRun(lake, target, cfg, fingerprint, run_id)
-        counts, rows_by_family = measure_groups(groups, existing, run, pool)
-    effects = write_effects(run, rows_by_family, released, follow_ups, (steps, programs))
+    timings = [r for r in read_table(lake, "timings").to_pylist()
+               if r["target"] == target and r["protocol"] == protocol_of(cfg)]
+    if on_cluster():
+        counts, runs = measure_on_cluster(groups, timings, lake, cfg, target)
+    else:
+        counts, runs = measure_here(groups, timings, lake, cfg, target)
+    effects = sum(write_effects(run, rows, released, follow_ups, (steps, programs)) for run, rows in runs)
     seconds = time.perf_counter() - start
     n_states = sum(len(g.states) for g in groups)
     rate = counts["states_timed"] / seconds if seconds > 0 and counts["states_timed"] else 0.0
-    say(f"measure: {n_states} states of {len(groups)} programs on {fingerprint['cpu_model']} "
+    machines = [run.fingerprint for run, _ in runs]
+    cpus = ", ".join(sorted({m["cpu_model"] for m in machines}))
+    say(f"measure: {n_states} states of {len(groups)} programs on {cpus} "
         f"({counts['states_timed']} timed, {counts['states_reused']} reused, {counts['states_failed']} failed; "
-        f"{rate:.1f} states/s); {effects} effects")
+        f"{rate:.1f} states/s{f'; {len(machines)} machines' if len(machines) > 1 else ''}); {effects} effects")
     return {"stage": "measure", "programs": len(groups), "states": n_states, **counts, "effects": effects,
-            "states_per_s": round(rate, 2), "machine_id": fingerprint["id"], "cpu": fingerprint["cpu_model"]}
+            "states_per_s": round(rate, 2), "machine_id": ",".join(m["id"] for m in machines), "cpu": cpus}
+
+
+def this_machine(pool, target: str) -> dict:
+    """The fingerprint of the machine `pool`'s worker times on, named by this process's
+    STEPTP_MACHINE (whatever its workers' environment was)."""
+    from gpu_tasks.state_timing import session_fingerprint
+
+    fingerprint = pool.broadcast(session_fingerprint, target)[0]
+    if not isinstance(fingerprint, dict):  # the worker failed before timing anything: say why
+        raise RuntimeError(f"measure: the timing worker could not start: {fingerprint}")
+    return with_name(fingerprint, os.environ.get(MACHINE_NAME_ENV))
+
+
+def rows_of(timings: list[dict], machine_id: str) -> dict[tuple[str, str], dict]:
+    """One machine's timing rows by (state, unit)."""
+    return {(r["state_id"], r["unit"]): r for r in timings if r["machine_id"] == machine_id}
+
+
+def measure_here(groups: list[StateGroup], timings: list[dict], lake: Path, cfg: dict, target: str):
+    """Time on this machine (the local runner): counts, and [(run, rows by family)]."""
+    from gpu_tasks.timing import timing_pool
+
+    with timing_pool(timeout_s=float(cfg["timeout_s"])) as pool:
+        fingerprint = this_machine(pool, target)
+        run_id = stable_id("timing-run", fingerprint, time.time_ns(), length=12)
+        run = MeasureRun(lake, target, cfg, fingerprint, run_id)
+        counts, rows_by_family = measure_groups(groups, rows_of(timings, fingerprint["id"]), run, pool)
+    return counts, [(run, rows_by_family)]
+
+
+# --- the measure stage on a Dask cluster ------------------------------------------------------------
+# Each worker is a machine (its fingerprint, named by STEPTP_MACHINE in its environment). A program
+# whose states one of the cluster's machines has all timed on this protocol is not timed again; the
+# others go out one task per program, to whichever worker is free, and each program's states are
+# timed in one session on that worker's machine. So each step's before and after are timed on one
+# machine, and its effect computed within it; the release decides each step on a machine that timed
+# it. The flow writes every machine's `timings` and `effects` shards as on one machine.
+
+_TIMING_POOL = None
+
+
+def worker_timing_pool(timeout_s: float):
+    """This process's timing pool, kept between tasks (a cluster worker times many programs)."""
+    global _TIMING_POOL
+    import atexit
+
+    from gpu_tasks.timing import timing_pool
+
+    if _TIMING_POOL is None or _TIMING_POOL.timeout_s != timeout_s:
+        if _TIMING_POOL is not None:
+            _TIMING_POOL.close()
+        _TIMING_POOL = timing_pool(timeout_s=timeout_s)
+        atexit.register(_TIMING_POOL.close)
+    return _TIMING_POOL
+
+
+def worker_machine(target: str, timeout_s: float) -> dict:
+    """The fingerprint of the machine this worker times on (its timing pool started)."""
+    return this_machine(worker_timing_pool(timeout_s), target)
+
+
+@task(persist_result=False)  # timings are measurements, never a cached result
+def measure_group_task(group: StateGroup, cfg: dict, target: str, run_id: str) -> dict:
+    """One program's states timed in one session on this worker's machine: its fingerprint and rows."""
+    pool = worker_timing_pool(float(cfg["timeout_s"]))
+    machine = this_machine(pool, target)
+    [(_, result)] = list(pool.imap([group_job(group, cfg, target)]))
+    session = timing_session(result, machine, run_id, group, cfg, target)
+    return {"machine": session["fingerprint"], "rows": group_rows(group, result, cfg, session)}
+
+
+def measure_on_cluster(groups: list[StateGroup], timings: list[dict], lake: Path, cfg: dict, target: str):
+    """Time on the flow's Dask cluster: counts, and [(run, rows by family)] for each of its machines."""
+    from flows.cluster import on_every_worker
+
+    found = on_every_worker(worker_machine, target, float(cfg["timeout_s"]))
+    bad = {name: fp for name, fp in found.items() if not isinstance(fp, dict)}
+    if bad:
+        raise RuntimeError(f"measure: the timing worker of cluster worker(s) {', '.join(bad)} could not start: "
+                           f"{next(iter(bad.values()))}")
+    machines = {fp["id"]: fp for fp in found.values()}
+    run_id = stable_id("timing-run", sorted(machines), time.time_ns(), length=12)
+    existing = {m: rows_of(timings, m) for m in machines}
+    families = sorted({g.family for g in groups})
+    rows: dict[str, dict[str, list[dict]]] = {m: {f: [] for f in families} for m in machines}
+    todo = []
+    for g in groups:
+        kept = {m: reusable(g, existing[m], cfg) for m in sorted(machines)}
+        for m, k in kept.items():
+            rows[m][g.family].extend(k or [])
+        if all(k is None for k in kept.values()):
+            todo.append(g)
+    left = Counter(g.family for g in todo)
+
+    def write_family(family: str) -> None:
+        for m in machines:
+            write_shard(lake, "timings", f"{m}-{family}", _one_per_key(rows[m][family]))
+
+    for f in families:
+        if left[f] == 0:
+            write_family(f)
+    timed = failed = 0
+    futures = [measure_group_task.submit(g, cfg, target, run_id) for g in todo]
+    with StageProgress("measure", total=len(todo), unit="states", items=sum(len(g.states) for g in todo)) as progress:
+        for group, future in zip(todo, futures, strict=True):
+            out = future.result()
+            m = out["machine"]["id"]
+            if m not in machines:  # a worker that joined after the stage began
+                machines[m] = out["machine"]
+                rows[m] = {f: [] for f in families}
+            rows[m][group.family].extend(out["rows"])
+            ok = sum(r["status"] == "ok" for r in out["rows"] if r["unit"] == cfg["unit"])
+            timed, failed = timed + ok, failed + len(group.states) - ok
+            left[group.family] -= 1
+            if left[group.family] == 0:
+                write_family(group.family)
+            progress.advance(len(group.states))
+    reused = sum(len(g.states) for g in groups) - sum(len(g.states) for g in todo)
+    runs = [(MeasureRun(lake, target, cfg, machines[m], run_id), rows[m]) for m in sorted(machines)]
+    return {"states_timed": timed, "states_failed": failed, "states_reused": reused}, runs
 
 
 def ranked_machines(timings: list[dict], wanted: set[str]) -> list[str]:

@@ -29,7 +29,7 @@ from flows.transform import transform_flow
 from flows.validate import GateFailed, validate_flow
 from flows.verify import verify_flow
 
-__all__ = ["STAGES", "STAGE_FLOWS", "GateFailed", "gate_refusal", "run_stage", "pipeline_flow", "dask_runner",
+__all__ = ["STAGES", "STAGE_FLOWS", "GateFailed", "gate_refusal", "run_stage", "pipeline_flow",
            "PROCESS_SHARD_STAGES"]
 
 STAGES = ("generate", "transform", "verify", "filter", "follow_ups", "tokens", "measure", "cost_model", "search",
@@ -111,15 +111,3 @@ def pipeline_flow(raw: dict, profile: str, lake: str, reports: str, stop_after: 
         if stage == stop_after:
             break
     return out
-
-
-def dask_runner(address: str | None = None, workers: int = 2):
-    """A Dask task runner: the cluster at `address`, or a local cluster of `workers` single-threaded
-    worker processes that may start the verification pool's own processes (non-daemonic workers)."""
-    import dask
-    from prefect_dask import DaskTaskRunner
-
-    if address:
-        return DaskTaskRunner(address=address)
-    dask.config.set({"distributed.worker.daemon": False})
-    return DaskTaskRunner(cluster_kwargs={"n_workers": workers, "threads_per_worker": 1, "processes": True})

@@ -92,17 +92,23 @@ _POOL = None
 
 
 def shared_pool(params: Params):
-    """One worker pool per process (tasks on Dask workers get their own). A daemonic process (a Dask
-    worker started with daemon=True) cannot have children: it verifies in-process instead."""
+    """One worker pool per process (tasks on Dask workers get their own), of the profile's
+    `verify.workers` processes: a stage asking for another size gets a pool of that size (the old one
+    is closed). A daemonic process (a Dask worker started with daemon=True) cannot have children: it
+    verifies in-process instead."""
     global _POOL
     import multiprocessing
 
     if multiprocessing.current_process().daemon:
         return None
+    size, timeout_s = int(params.verify["workers"]), float(params.verify["timeout_s"])
+    if _POOL is not None and (_POOL.size, _POOL.timeout_s) != (size, timeout_s):
+        _POOL.close()
+        _POOL = None
     if _POOL is None:
         from gpu_tasks.pool import WorkerPool
 
-        _POOL = WorkerPool(workers=int(params.verify["workers"]), timeout_s=float(params.verify["timeout_s"]))
+        _POOL = WorkerPool(workers=size, timeout_s=timeout_s)
         atexit.register(_POOL.close)
     return _POOL
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from prefect import flow
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from flows.cluster import on_cluster
 from flows.config import Params
 from flows.keys import stable_id
 from flows.storage import RowCache, StorageError, read_table
@@ -29,6 +30,11 @@ UNCOMPUTED = ("crash", "timeout", "runtime_error")
 # program's own and stays, unless a refusal kept it out of the lake: then it is tried again too).
 RETRIED = ("crash", "timeout")
 VERDICTS = ("exact", "close", "mismatch")
+# On a Dask cluster a family's steps go out in tasks of whole programs of at most this many steps, so
+# that the workers share a family (one task per family left a worker idle while the other verified
+# the largest family). Locally a family stays one task: its pool takes the groups of all its programs
+# at once, with no tail per task.
+CLUSTER_TASK_STEPS = 64
 
 
 class UncomputedVerifications(StorageError):
@@ -77,6 +83,17 @@ def verify_task(key: str, steps: list[dict], signatures: dict, raw: dict, profil
     return verify_shard(steps, signatures, params, shared_pool(params), targets)
 
 
+def start_verify_pool(raw: dict, profile: str) -> int:
+    """Start this process's verification pool (`flows.tasks.shared_pool`) now rather than in the first
+    task, and import what a verify task imports (TVM and PyTorch come with `gpu_tasks.verify`: some 5
+    s in a fresh worker); returns the pool's size (0: verifying in-process). A benchmark warms every
+    worker with it, as the local runner's process is warm from the stages before."""
+    import gpu_tasks.verify  # noqa: F401
+
+    pool = shared_pool(Params(raw, profile))
+    return 0 if pool is None else pool.size
+
+
 def gpu_present(pool=None) -> bool:
     """Whether a CUDA GPU is present, asked in a worker (the flow's own process never imports TVM)."""
     from gpu_tasks.runner import cuda_present
@@ -93,6 +110,7 @@ def verify_flow(raw: dict, profile: str, lake: str) -> dict:
     target_of = {p["program_id"]: p.get("target") for p in programs}
     gpu = any(t == "cuda" for t in target_of.values()) and gpu_present(shared_pool(params))
     steps = group(read_table(lake, "steps").to_pylist(), lambda s: family_of[s["program_id"]])
+    cluster = on_cluster()
     cache, attempts = RowCache(lake, "verify"), RowCache(lake, "verify-attempts")
     calls, known, keys, items, tried = [], {}, {}, {}, {}
     for family, rows in steps.items():
@@ -104,15 +122,18 @@ def verify_flow(raw: dict, profile: str, lake: str) -> dict:
                          if key in cached and cached[key]["status"] not in RETRIED}
         tried[family] = attempts.load(family)
         todo = [(r, t) for r, t in items[family] if (r["step_id"], t) not in known[family]]
-        if todo:
-            todo_steps, targets = [r for r, _ in todo], [t for _, t in todo]
+        for part, chunk in enumerate(task_chunks(todo, CLUSTER_TASK_STEPS if cluster else None)):
+            todo_steps, targets = [r for r, _ in chunk], [t for _, t in chunk]
             sigs = {r["program_id"]: signatures[r["program_id"]] for r in todo_steps}
             # a step whose worker died or timed out before runs again, under a task key of its own
-            todo_keys = [keys[family][(r["step_id"], t)] for r, t in todo]
+            todo_keys = [keys[family][(r["step_id"], t)] for r, t in chunk]
             again = sorted((k, tried[family][k]["n"]) for k in todo_keys if k in tried[family])
-            calls.append((family, verify_task, (stage_key("verify", params, lake, todo_steps, sigs, targets, *again),
-                                                todo_steps, sigs, raw, profile, targets)))
-    fresh = run_tasks("verify: build, run, compare", calls)
+            calls.append((f"{family}#{part}", verify_task,
+                          (stage_key("verify", params, lake, todo_steps, sigs, targets, *again),
+                           todo_steps, sigs, raw, profile, targets)))
+    fresh: dict[str, list[dict]] = {}
+    for name, rows in run_tasks("verify: build, run, compare", calls).items():
+        fresh.setdefault(name.rpartition("#")[0], []).extend(rows)
     every = [v for rows in fresh.values() for v in rows]
     lost = uncomputed_verdicts(lake, every)
     refused = {(v["step_id"], v["target"]) for v in lost}
@@ -140,6 +161,25 @@ def verify_flow(raw: dict, profile: str, lake: str) -> dict:
         f"programs, {on_cuda} of them also verified on CUDA" + ("" if gpu else " (no GPU on this machine)"))
     return {"stage": "verify", "shards": len(calls), "rows": n, "verified": n - reused, "reused": reused,
             "gpu_program_steps": gpu_steps, "verified_on_cuda": on_cuda}
+
+
+def task_chunks(items: list[tuple[dict, str]], most: int | None) -> list[list[tuple[dict, str]]]:
+    """`items` ((step, target), in order) in runs of whole programs of at most `most` items each (a
+    program with more is a run of its own); all in one run without `most`, none without items."""
+    if not items:
+        return []
+    if most is None:
+        return [items]
+    programs: dict[str, list[tuple[dict, str]]] = {}  # in order of first appearance
+    for item in items:
+        programs.setdefault(item[0]["program_id"], []).append(item)
+    chunks: list[list[tuple[dict, str]]] = []
+    for program in programs.values():
+        if chunks and len(chunks[-1]) + len(program) <= most:
+            chunks[-1].extend(program)
+        else:
+            chunks.append(list(program))
+    return chunks
 
 
 def uncomputed_verdicts(lake: Path, fresh: list[dict]) -> list[dict]:

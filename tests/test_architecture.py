@@ -164,8 +164,9 @@ def test_flows_is_the_pipeline_and_the_lake_only():
     # pipeline and lake concerns of their own, each imported by the CLI without Prefect; the release
     # stage is five (the stage, its card template's filler, Croissant, version rules, the measured
     # configs' schemas) where it was one module of 800 lines; the lake's domain queries are apart from
-    # its storage (flows.lake_queries)
-    assert len(flows) <= 29, f"flows has {len(flows)} modules: {flows}"
+    # its storage (flows.lake_queries); 30: the Dask cluster a build spreads over (flows.cluster: the runner, a
+    # cluster of named worker machines, what a flow asks of its workers)
+    assert len(flows) <= 30, f"flows has {len(flows)} modules: {flows}"
 
 
 def test_tests_mirror_the_packages():

@@ -489,7 +489,7 @@ def test_two_clean_runs_are_byte_identical(tiny_lake, tmp_path):
 
 @pytest.mark.slow
 def test_dask_runner_gives_the_same_tables(tiny_lake, tmp_path):
-    from flows.pipeline import dask_runner
+    from flows.cluster import dask_runner
 
     root, _ = tiny_lake
     run_all(tmp_path / "lake", tmp_path / "reports", task_runner=dask_runner())
