@@ -85,11 +85,8 @@ def verify_task(key: str, steps: list[dict], signatures: dict, raw: dict, profil
 
 def start_verify_pool(raw: dict, profile: str) -> int:
     """Start this process's verification pool (`flows.tasks.shared_pool`) now rather than in the first
-    task, and import what a verify task imports (TVM and PyTorch come with `gpu_tasks.verify`: some 5
-    s in a fresh worker); returns the pool's size (0: verifying in-process). A benchmark warms every
-    worker with it, as the local runner's process is warm from the stages before."""
-    import gpu_tasks.verify  # noqa: F401
-
+    task (its fork server imports TVM: some 5 s); returns the pool's size (0: verifying in-process). A
+    benchmark warms every worker with it, as the local runner's pool is warm from the stages before."""
     pool = shared_pool(Params(raw, profile))
     return 0 if pool is None else pool.size
 

@@ -36,45 +36,13 @@ from gpu_tasks.cache import BUILD_CACHE, VERIFY_PASS_CONFIG
 from gpu_tasks.compare import judge
 from gpu_tasks.inputs import InputFacts, draws_from_plans, numpy_dtype, plan_from_facts
 from gpu_tasks.jobs import PairRequest, VerificationFailed, load_program, load_signature, output_codes, verify_pair_job
+from gpu_tasks.pair_groups import GROUP_TARGET
 from gpu_tasks.runner import device_for, sentinel_array
 from gpu_tasks.tolerances import tolerance_table
 from gpu_tasks.unit_build import Chain, Distinct, chain_of, compile_units, intermediate
 from gpu_tasks.verification import Verification
 
-GROUP_TARGET, GROUP_FORM = "llvm", "plain"
-MAX_GROUP = 48                 # pairs per group job: a crash or a time-out re-verifies at most this many whole
 REMEMBERED_BYTES = 256 << 20   # what a group keeps of its units' outputs (least recently used dropped first)
-
-
-def group_key(request: PairRequest) -> tuple | None:
-    """Pairs with equal keys can be verified in one group: everything but the two programs. None: the
-    pair is verified alone (another target or form, or tolerances that `verify_pair_job` should judge)."""
-    if request.target != GROUP_TARGET or request.form != GROUP_FORM:
-        return None
-    try:
-        tolerances = tuple(sorted(tolerance_table(request.tolerances).items()))
-        hash((tolerances, request.limits))
-    except Exception:
-        return None
-    return (request.signature, request.arch, request.draws, request.seed, tolerances, request.limits)
-
-
-def pair_groups(requests: list[PairRequest]) -> list[list[int]]:
-    """Indices of `requests` in groups (in order of first appearance, at most MAX_GROUP each); a pair
-    that cannot be grouped is a group of its own."""
-    groups: list[list[int]] = []
-    open_group: dict[tuple, list[int]] = {}
-    for i, r in enumerate(requests):
-        key = group_key(r)
-        if key is None:
-            groups.append([i])
-            continue
-        group = open_group.get(key)
-        if group is None or len(group) >= MAX_GROUP:
-            group = open_group[key] = []
-            groups.append(group)
-        group.append(i)
-    return groups
 
 
 class _Whole(Exception):

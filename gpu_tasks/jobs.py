@@ -7,7 +7,6 @@ Every expected failure becomes a `Verification` with its status and a message sa
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -15,51 +14,17 @@ import numpy as np
 
 from gpu_tasks.cache import BUILD_CACHE, BuildCache, Built, cache_stats
 from gpu_tasks.compare import Outputs, judge
-from gpu_tasks.guard import DEFAULT_LIMITS, Limits, limit_violation
+from gpu_tasks.guard import Limits, limit_violation
 from gpu_tasks.inputs import InputFacts, draws_from_plans, input_facts, plan_from_facts
+from gpu_tasks.requests import PairRequest, ReferenceRequest
 from gpu_tasks.runner import run_built
 from gpu_tasks.tolerances import tolerance_table
-from gpu_tasks.verification import Verification, failure
+from gpu_tasks.verification import Verification, describe_error, failure
 from leir.ast import Program
 from leir.errors import LeirError
 from leir.parse import parse_program
 from leir.signature import Signature
 from leir.validate import uninitialised_reads
-
-MAX_ERROR_CHARS = 2000
-
-
-@dataclass(frozen=True)
-class PairRequest:
-    """Verify `after` against `before` (LEIR text) under `signature` (JSON text)."""
-
-    before: str
-    after: str
-    signature: str
-    target: str = "llvm"
-    arch: str = "sm_90"
-    draws: int = 3
-    seed: int = 0
-    tolerances: Mapping | None = None
-    limits: Limits = DEFAULT_LIMITS
-    form: str = "plain"  # the lowering form both sides are built in (leir.lower.FORMS)
-
-
-@dataclass(frozen=True)
-class ReferenceRequest:
-    """Verify `program` against outputs computed elsewhere (e.g. PyTorch) on the given inputs."""
-
-    program: str
-    signature: str
-    inputs: list[dict[str, np.ndarray]]
-    expected: list[dict[str, np.ndarray]]
-    target: str = "llvm"
-    arch: str = "sm_90"
-    tolerances: Mapping | None = None
-    limits: Limits = DEFAULT_LIMITS
-    form: str = "plain"
-    own: list[dict[str, np.ndarray]] | None = None  # PyTorch in the program's dtype (compare.judge)
-    own_factor: float = 2.0
 
 
 class VerificationFailed(Exception):
@@ -220,10 +185,3 @@ def run_draws(label: str, loaded: LoadedProgram, signature: Signature, draws: li
 
 def output_codes(signature: Signature) -> dict[str, str]:
     return {spec.name: spec.code for spec in signature.outputs}
-
-
-def describe_error(e: BaseException) -> str:
-    """`Type: message` on one line, bounded in length (TVM messages can list every option it has)."""
-    message = " ".join(line.strip() for line in str(e).strip().splitlines() if line.strip())
-    text = f"{type(e).__name__}: {message}" if message else type(e).__name__
-    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS - 3] + "..."

@@ -25,7 +25,6 @@ import time
 
 from gpu_tasks.cache import TIMING_PASS_CONFIG, BuildCache
 from gpu_tasks.inputs import draw_inputs, plan_from_facts
-from gpu_tasks.jobs import describe_error
 from gpu_tasks.machine_lock import timing_lock
 from gpu_tasks.runner import device_for, make_arguments
 from gpu_tasks.threads import logical_cpus
@@ -38,6 +37,7 @@ from gpu_tasks.timing_session import (
     undecided_states,
 )
 from gpu_tasks.unit_build import Chain, Distinct, UnitFunction, chain_of, compile_units, intermediate
+from gpu_tasks.verification import describe_error
 from leir.lower.units import TimingUnit
 
 

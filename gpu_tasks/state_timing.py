@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from gpu_tasks.cache import TIMING_PASS_CONFIG, BuildCache, Built
 from gpu_tasks.guard import DEFAULT_LIMITS, Limits
 from gpu_tasks.inputs import draw_inputs, plan_from_facts
-from gpu_tasks.jobs import VerificationFailed, describe_error, load_program, load_signature
+from gpu_tasks.jobs import VerificationFailed, load_program, load_signature
 from gpu_tasks.machine_lock import timing_lock
 from gpu_tasks.runner import device_for, make_arguments
 from gpu_tasks.threads import logical_cpus
@@ -46,6 +46,7 @@ from gpu_tasks.timing_session import (  # noqa: F401 (re-exported: the timing AP
     state_time,
     undecided_states,
 )
+from gpu_tasks.verification import describe_error
 
 DEFAULT_MIN_ROUNDS = 5
 DEFAULT_MAX_ROUNDS = 15

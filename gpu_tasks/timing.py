@@ -20,11 +20,12 @@ from gpu_tasks.cache import TIMING_CACHE
 from gpu_tasks.fingerprint import machine_fingerprint
 from gpu_tasks.guard import DEFAULT_LIMITS, Limits
 from gpu_tasks.inputs import draw_inputs, plan_from_facts
-from gpu_tasks.jobs import VerificationFailed, build, describe_error, load_program, load_signature
+from gpu_tasks.jobs import VerificationFailed, build, load_program, load_signature
 from gpu_tasks.machine_lock import timing_lock
 from gpu_tasks.pool import Job, JobFailure, WorkerPool
 from gpu_tasks.runner import device_for, make_arguments
 from gpu_tasks.threads import logical_cpus
+from gpu_tasks.verification import describe_error
 from gpu_tasks.verify import ProgramLike, SignatureLike, program_text, signature_text
 
 DEFAULT_REPEATS = 7

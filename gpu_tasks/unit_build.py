@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import tvm
 import tvm_ffi
 
-from gpu_tasks.jobs import describe_error
+from gpu_tasks.verification import describe_error
 from leir.analysis import program_depth
 from leir.lower.emit import plan_index_dtype
 from leir.lower.expr import storage_dtype

@@ -51,3 +51,13 @@ def failure(status: str, error: str, draws: int = 0) -> Verification:
 
 def _finite_or_none(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
+
+
+MAX_ERROR_CHARS = 2000
+
+
+def describe_error(e: BaseException) -> str:
+    """`Type: message` on one line, bounded in length (TVM messages can list every option it has)."""
+    message = " ".join(line.strip() for line in str(e).strip().splitlines() if line.strip())
+    text = f"{type(e).__name__}: {message}" if message else type(e).__name__
+    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS - 3] + "..."

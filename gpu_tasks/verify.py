@@ -14,18 +14,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
-from gpu_tasks.group_verify import pair_groups, verify_group_job
 from gpu_tasks.guard import DEFAULT_LIMITS, Limits
 from gpu_tasks.inputs import make_draws
-from gpu_tasks.jobs import (
-    PairRequest,
-    ReferenceRequest,
-    describe_error,
-    verify_pair_job,
-    verify_reference_job,
-)
+from gpu_tasks.pair_groups import pair_groups
 from gpu_tasks.pool import Job, JobFailure, WorkerPool
-from gpu_tasks.verification import Verification, failure
+from gpu_tasks.requests import PairRequest, ReferenceRequest
+from gpu_tasks.verification import Verification, describe_error, failure
 from leir.ast import Program
 from leir.errors import LeirError
 from leir.parse import parse_program
@@ -40,6 +34,29 @@ ProgramLike = str | Program
 SignatureLike = Signature | Mapping | str
 ReferenceFn = Callable[[dict[str, np.ndarray]], object]
 log = logging.getLogger(__name__)
+
+
+# The jobs, called by name: they run in the pool's workers, whose fork server imported TVM once, and
+# this module imports them only when it runs one itself (without a pool). A process that only sends
+# work (a flow's process, a Dask worker) never imports TVM or PyTorch for it (some 5 s and hundreds
+# of MB per process).
+
+def verify_pair_job(request: PairRequest) -> Verification:
+    from gpu_tasks.jobs import verify_pair_job as job
+
+    return job(request)
+
+
+def verify_group_job(requests: tuple[PairRequest, ...]) -> list[Verification]:
+    from gpu_tasks.group_verify import verify_group_job as job
+
+    return job(requests)
+
+
+def verify_reference_job(request: ReferenceRequest) -> Verification:
+    from gpu_tasks.jobs import verify_reference_job as job
+
+    return job(request)
 
 
 def pair_request(before: ProgramLike, after: ProgramLike, signature: SignatureLike, *,

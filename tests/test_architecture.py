@@ -305,3 +305,17 @@ def test_every_strategy_checks_before_it_builds():
     refusing = sorted(f"{name}:{fn.lineno} {qual}" for name in RULES
                       for qual, fn in _methods(MODULES[name]).items() if _refuses(fn))
     assert not refusing, refusing
+
+
+def test_a_process_that_sends_verification_work_imports_neither_tvm_nor_torch():
+    """The verify stage's tasks (in the flow's process, or on a Dask worker) send their pairs to the
+    pool's workers, which import TVM once in their fork server; the sender itself needs neither TVM
+    nor PyTorch (some 5 s and hundreds of MB per process)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, flows.verify, gpu_tasks.verify, gpu_tasks.pair_groups; "
+            "print(sorted(m for m in ('tvm', 'torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"

@@ -11,8 +11,9 @@ import pytest
 pytest.importorskip("tvm")
 
 from gpu_tasks import group_verify  # noqa: E402
-from gpu_tasks.group_verify import pair_groups, verify_group_job  # noqa: E402
+from gpu_tasks.group_verify import verify_group_job  # noqa: E402
 from gpu_tasks.jobs import clear_caches, verify_pair_job  # noqa: E402
+from gpu_tasks.pair_groups import pair_groups  # noqa: E402
 from gpu_tasks.verify import iter_verify_pairs, pair_request  # noqa: E402
 from leir.parse import parse_program  # noqa: E402
 from leir.printer import format_program  # noqa: E402
