@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from flows.storage import read_table  # noqa: E402
-from gpu_tasks import group_verify  # noqa: E402
+from gpu_tasks import pair_groups  # noqa: E402
 from gpu_tasks.jobs import verify_pair_job  # noqa: E402
 from gpu_tasks.pool import Job, WorkerPool  # noqa: E402
 from gpu_tasks.verify import as_verification, pair_request, verify_pairs  # noqa: E402
@@ -59,11 +59,11 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--draws", type=int, default=3)
-    parser.add_argument("--max-group", type=int, default=group_verify.MAX_GROUP,
-                        help=f"pairs per group job (default {group_verify.MAX_GROUP})")
+    parser.add_argument("--max-group", type=int, default=pair_groups.MAX_GROUP,
+                        help=f"pairs per group job (default {pair_groups.MAX_GROUP})")
     parser.add_argument("--grouped-only", action="store_true", help="skip the pair-by-pair run (no ratio)")
     args = parser.parse_args()
-    group_verify.MAX_GROUP = args.max_group
+    pair_groups.MAX_GROUP = args.max_group
 
     requests, n_programs = sample_requests(args.lake, args.programs, args.seed, args.draws)
     grouped, t_grouped = timed(args.workers, lambda pool: verify_pairs(requests, pool))

@@ -9,6 +9,7 @@ workers share a host (`local_cluster(machines=...)`).
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -44,15 +45,27 @@ def local_cluster(workers: int = 2, machines: Sequence[str] | None = None) -> It
 
     if machines is not None and len(machines) != workers:
         raise ValueError(f"local_cluster: {workers} workers but {len(machines)} machine names")
+    import dask
+
     non_daemonic_workers()
     names = list(machines) if machines is not None else [str(i) for i in range(workers)]
     specs = {name: {"cls": Nanny, "options": {"nthreads": 1, "name": name,
                                              "env": {MACHINE_NAME_ENV: name} if machines is not None else {}}}
              for name in names}
-    with SpecCluster(workers=specs, scheduler={"cls": Scheduler, "options": {"dashboard_address": None}},
-                     silence_logs=40) as cluster:
-        cluster.wait_for_workers(workers)
-        yield cluster.scheduler_address
+    # A nanny runs in this process and puts `pre-spawn-environ` (allocator and thread settings) into
+    # this process's environment before it starts its worker: none here, and the environment as it was.
+    saved = dict(os.environ)
+    try:
+        with dask.config.set({"distributed.nanny.pre-spawn-environ": {}}), \
+                SpecCluster(workers=specs, scheduler={"cls": Scheduler, "options": {"dashboard_address": None}},
+                            silence_logs=40) as cluster:
+            cluster.wait_for_workers(workers)
+            os.environ.clear()
+            os.environ.update(saved)
+            yield cluster.scheduler_address
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def on_cluster() -> bool:
@@ -63,15 +76,20 @@ def on_cluster() -> bool:
     return context is not None and type(context.task_runner).__name__ == "DaskTaskRunner"
 
 
-def on_every_worker(fn, *args) -> dict[str, object]:
-    """`fn(*args)` once in every worker of the running flow's cluster, by worker name (sorted); each
-    runs as a task pinned to its worker."""
+def flow_client():
+    """The Dask client of the running flow's task runner (started on first use)."""
     from prefect.context import FlowRunContext
 
-    client = FlowRunContext.get().task_runner.client  # the runner's client, started on first use
-    workers = client.scheduler_info()["workers"]
-    futures = {str(info.get("name", address)): client.submit(fn, *args, workers=[address], allow_other_workers=False,
-                                                             pure=False)
-               for address, info in workers.items()}
-    return {name: futures[name].result() for name in sorted(futures)}
+    return FlowRunContext.get().task_runner.client
 
+
+def on_every_worker(fn, *args) -> dict[str, tuple[str, object]]:
+    """`fn(*args)` once in every worker of the running flow's cluster (waiting for one to join):
+    (its address, the result) by worker name, sorted; each runs as a task pinned to its worker."""
+    client = flow_client()
+    client.wait_for_workers(1)
+    workers = client.scheduler_info()["workers"]
+    futures = {str(info.get("name", address)): (address, client.submit(fn, *args, workers=[address],
+                                                                       allow_other_workers=False, pure=False))
+               for address, info in workers.items()}
+    return {name: (address, future.result()) for name, (address, future) in sorted(futures.items())}

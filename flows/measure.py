@@ -24,8 +24,10 @@ edit times the programs whose states changed; a killed run resumes), and each fa
 written as soon as its programs are done, in the shard `<machine id>-<family>`.
 
 The `effects` table holds each released step's effect and each follow-up's chain effect on this
-machine (`TimingIndex.compare`, below); the release reads it for the machine that timed most of the release's
-states (ties: the smaller fingerprint id), so that every figure of a release comes from one machine.
+machine (`TimingIndex.compare`, below). The release decides each step on the machine that timed most
+of the release's states among those that timed the step (ties: the smaller fingerprint id), so that
+each step's figures come from one machine. On a Dask cluster each distinct fingerprint among the
+workers is a machine, and each program is timed on one of them (`measure_on_cluster`).
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prefect import flow, task
+from prefect import flow
 
 from flows.cluster import on_cluster
 from flows.config import Params
@@ -364,6 +366,7 @@ def measure_here(groups: list[StateGroup], timings: list[dict], lake: Path, cfg:
 # it. The flow writes every machine's `timings` and `effects` shards as on one machine.
 
 _TIMING_POOL = None
+_MACHINE: dict[str, dict] = {}  # this worker's machine, by target (asked once per process)
 
 
 def worker_timing_pool(timeout_s: float):
@@ -382,59 +385,75 @@ def worker_timing_pool(timeout_s: float):
 
 
 def worker_machine(target: str, timeout_s: float) -> dict:
-    """The fingerprint of the machine this worker times on (its timing pool started)."""
-    return this_machine(worker_timing_pool(timeout_s), target)
+    """The fingerprint of the machine this worker times on (its timing pool started; asked once)."""
+    if target not in _MACHINE:
+        _MACHINE[target] = this_machine(worker_timing_pool(timeout_s), target)
+    return _MACHINE[target]
 
 
-@task(persist_result=False)  # timings are measurements, never a cached result
-def measure_group_task(group: StateGroup, cfg: dict, target: str, run_id: str) -> dict:
-    """One program's states timed in one session on this worker's machine: its fingerprint and rows."""
-    pool = worker_timing_pool(float(cfg["timeout_s"]))
-    machine = this_machine(pool, target)
-    [(_, result)] = list(pool.imap([group_job(group, cfg, target)]))
+def measure_group(group: StateGroup, cfg: dict, target: str, run_id: str) -> dict:
+    """One program's states timed in one session on this worker's machine: its fingerprint and rows
+    (a Dask task; timings are measurements, never a cached result)."""
+    machine = worker_machine(target, float(cfg["timeout_s"]))
+    [(_, result)] = list(worker_timing_pool(float(cfg["timeout_s"])).imap([group_job(group, cfg, target)]))
     session = timing_session(result, machine, run_id, group, cfg, target)
     return {"machine": session["fingerprint"], "rows": group_rows(group, result, cfg, session)}
 
 
 def measure_on_cluster(groups: list[StateGroup], timings: list[dict], lake: Path, cfg: dict, target: str):
-    """Time on the flow's Dask cluster: counts, and [(run, rows by family)] for each of its machines."""
-    from flows.cluster import on_every_worker
+    """Time on the flow's Dask cluster: counts, and [(run, rows by family)] for each of its machines.
+    Workers with one fingerprint are one machine: its programs go to one of them only, so that no
+    build of one runs beside the other's timing (the timing lock covers the rounds, not the builds)."""
+    from flows.cluster import flow_client, on_every_worker
 
     found = on_every_worker(worker_machine, target, float(cfg["timeout_s"]))
-    bad = {name: fp for name, fp in found.items() if not isinstance(fp, dict)}
+    bad = {name: fp for name, (_, fp) in found.items() if not isinstance(fp, dict)}
     if bad:
         raise RuntimeError(f"measure: the timing worker of cluster worker(s) {', '.join(bad)} could not start: "
                            f"{next(iter(bad.values()))}")
-    machines = {fp["id"]: fp for fp in found.values()}
+    machines: dict[str, dict] = {}
+    timers: list[str] = []  # one worker's address per machine
+    for address, fp in found.values():
+        if fp["id"] not in machines:
+            machines[fp["id"]] = fp
+            timers.append(address)
     run_id = stable_id("timing-run", sorted(machines), time.time_ns(), length=12)
-    existing = {m: rows_of(timings, m) for m in machines}
     families = sorted({g.family for g in groups})
-    rows: dict[str, dict[str, list[dict]]] = {m: {f: [] for f in families} for m in machines}
+    rows: dict[str, dict[str, list[dict]]] = {}
+
+    def kept_rows(machine_id: str) -> dict[str, list[dict]]:
+        """The machine's rows of the groups it has all timed on the protocol, by family."""
+        existing, out = rows_of(timings, machine_id), {f: [] for f in families}
+        for g in groups:
+            out[g.family].extend(reusable(g, existing, cfg) or [])
+        return out
+
     todo = []
+    for m in sorted(machines):
+        rows[m] = kept_rows(m)
     for g in groups:
-        kept = {m: reusable(g, existing[m], cfg) for m in sorted(machines)}
-        for m, k in kept.items():
-            rows[m][g.family].extend(k or [])
-        if all(k is None for k in kept.values()):
+        if all(reusable(g, rows_of(timings, m), cfg) is None for m in sorted(machines)):
             todo.append(g)
     left = Counter(g.family for g in todo)
 
     def write_family(family: str) -> None:
-        for m in machines:
+        for m in sorted(rows):
             write_shard(lake, "timings", f"{m}-{family}", _one_per_key(rows[m][family]))
 
     for f in families:
         if left[f] == 0:
             write_family(f)
     timed = failed = 0
-    futures = [measure_group_task.submit(g, cfg, target, run_id) for g in todo]
+    client = flow_client()
+    futures = [client.submit(measure_group, g, cfg, target, run_id, workers=timers, allow_other_workers=True,
+                             pure=False) for g in todo]
     with StageProgress("measure", total=len(todo), unit="states", items=sum(len(g.states) for g in todo)) as progress:
         for group, future in zip(todo, futures, strict=True):
             out = future.result()
             m = out["machine"]["id"]
-            if m not in machines:  # a worker that joined after the stage began
+            if m not in rows:  # a worker that took over from one that left: its earlier rows kept
                 machines[m] = out["machine"]
-                rows[m] = {f: [] for f in families}
+                rows[m] = kept_rows(m)
             rows[m][group.family].extend(out["rows"])
             ok = sum(r["status"] == "ok" for r in out["rows"] if r["unit"] == cfg["unit"])
             timed, failed = timed + ok, failed + len(group.states) - ok

@@ -91,12 +91,19 @@ def test_a_second_measure_on_the_cluster_reuses_every_program(builds, tmp_path):
     """A program timed on either machine of the cluster is not timed again (a resumed stage)."""
     from flows.cluster import dask_runner, local_cluster
     from flows.pipeline import run_stage
+    from flows.storage import read_table
 
     _, lake, first = builds
+    before = {t: read_table(lake, t).to_pylist() for t in ("timings", "effects")}
+    environ = dict(os.environ)
     with local_cluster(2, machines=MACHINES) as address:
         again = run_stage("measure", load_params(profile="tiny", overrides=OVERRIDES), lake, tmp_path / "reports",
                           task_runner=dask_runner(address))
     assert again["states_timed"] == 0 and again["states_reused"] == first["measure"]["states"]
+    key = lambda r: json.dumps(r, sort_keys=True, default=str)  # noqa: E731
+    for table, rows in before.items():  # every machine's shards hold what they held
+        assert sorted(map(key, read_table(lake, table).to_pylist())) == sorted(map(key, rows)), table
+    assert dict(os.environ) == environ  # the nannies left this process's environment as it was
 
 
 def test_a_family_goes_out_in_tasks_of_whole_programs():

@@ -30,6 +30,8 @@ def test_the_nanny_setting_is_gone_inside_the_block_and_back_after(nanny_env):
 
 
 def test_a_value_the_user_chose_stays(monkeypatch):
+    import distributed  # noqa: F401  (as in a Dask worker: only the nanny's value goes)
+
     from gpu_tasks.torch_timing import CACHING_MALLOC_ENV
 
     monkeypatch.setenv(NANNY_MALLOC_VARIABLE, CACHING_MALLOC_ENV[NANNY_MALLOC_VARIABLE])
