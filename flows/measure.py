@@ -421,19 +421,22 @@ def measure_on_cluster(groups: list[StateGroup], timings: list[dict], lake: Path
     families = sorted({g.family for g in groups})
     rows: dict[str, dict[str, list[dict]]] = {}
 
-    def kept_rows(machine_id: str) -> dict[str, list[dict]]:
-        """The machine's rows of the groups it has all timed on the protocol, by family."""
-        existing, out = rows_of(timings, machine_id), {f: [] for f in families}
+    def kept_rows(machine_id: str) -> tuple[dict[str, list[dict]], set[str]]:
+        """The machine's rows of the groups it has all timed on the protocol, by family, and those
+        groups' programs."""
+        existing, out, done = rows_of(timings, machine_id), {f: [] for f in families}, set()
         for g in groups:
-            out[g.family].extend(reusable(g, existing, cfg) or [])
-        return out
+            kept = reusable(g, existing, cfg)
+            if kept is not None:
+                out[g.family].extend(kept)
+                done.add(g.program_id)
+        return out, done
 
-    todo = []
+    timed_somewhere: set[str] = set()
     for m in sorted(machines):
-        rows[m] = kept_rows(m)
-    for g in groups:
-        if all(reusable(g, rows_of(timings, m), cfg) is None for m in sorted(machines)):
-            todo.append(g)
+        rows[m], done = kept_rows(m)
+        timed_somewhere |= done
+    todo = [g for g in groups if g.program_id not in timed_somewhere]
     left = Counter(g.family for g in todo)
 
     def write_family(family: str) -> None:
@@ -453,7 +456,7 @@ def measure_on_cluster(groups: list[StateGroup], timings: list[dict], lake: Path
             m = out["machine"]["id"]
             if m not in rows:  # a worker that took over from one that left: its earlier rows kept
                 machines[m] = out["machine"]
-                rows[m] = kept_rows(m)
+                rows[m], _ = kept_rows(m)
             rows[m][group.family].extend(out["rows"])
             ok = sum(r["status"] == "ok" for r in out["rows"] if r["unit"] == cfg["unit"])
             timed, failed = timed + ok, failed + len(group.states) - ok
