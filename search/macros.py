@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from leir.analysis import access_strides, is_update, lhs_vars, partial_strides, reduction_op, tensor_boxes
-from leir.ast import Nest, Program, Stmt, Var, accesses
+from leir.ast import Call, Nest, Program, Stmt, Var, accesses, walk_expr
 from search.analysis import DEFAULT_MACHINE, Machine
 from search.recipes import Arrange, Plan, Step, run
 from strategies.analysis.legality import body_statements, iterations, read_tensors, stmt_reads, written_tensors
@@ -508,7 +508,20 @@ def _innermost(plan: Plan) -> bool:
 
 
 def _vector_variants(plan: Plan) -> Iterator[dict]:
-    return _vector_params(plan.loops()[-1].extent, plan.facts["lanes"])
+    return _vector_params(plan.loops()[-1].extent, plan.facts["lanes"], _fast_forms(plan.program.nests[plan.nest]))
+
+
+def _fast_forms(nest: Nest) -> dict:
+    """The fast-math parameter of the row kernel's vector loop over `nest`: `math: fast` (exp, log and
+    erf as polynomials) where the nest calls erf, or log without exp; else `exp: fast`. One scalar
+    library call per element costs, per float32 element on one core (AMD EPYC Zen 4, 128x128, cycles
+    at 3.5 GHz): erf 29, log 12, exp 7; their fast forms 1-2 in vector code (a GELU tail behind a
+    128^3 matmul: 239 us with erf, 14 us with fast_erf). A log beside an exp stays scalar: mish's
+    fast_log nested in fast_exp measured 1.8x slower than fast_exp around a scalar log."""
+    called = {n.fn for s in body_statements(nest) for n in walk_expr(s[0].rhs) if isinstance(n, Call)}
+    if "erf" in called or ("log" in called and "exp" not in called):
+        return {"math": "fast"}
+    return {"exp": "fast"}
 
 
 def _parallel_spatial(plan: Plan) -> bool:
@@ -599,21 +612,20 @@ def _walks_contiguously(program: Program, stmt: Stmt, var: str) -> bool:
     return True
 
 
-def _vector_params(extent: int, lanes: int) -> Iterator[dict]:
+def _vector_params(extent: int, lanes: int, fast: dict | None = None) -> Iterator[dict]:
     """Vectorisation variants, widest useful first: the whole loop when short, else a split by a
-    multiple of the lanes; each also as partial results (a reduction axis) and with fast_exp. Not
-    with `math: fast`: in a row kernel over mish, fast_log nested in fast_exp measured 1.8x slower
-    than fast_exp around a scalar log (its Lets do not vectorise as well nested); the library's atomic
-    proposals offer it where a nest calls log or erf, and the search measures them."""
+    multiple of the lanes; each also as partial results (a reduction axis), and first with the fast
+    math of `fast` (`_fast_forms`; default `exp: fast`), then without."""
+    fast = fast or {"exp": "fast"}
     widths = [w for w in (2 * lanes, lanes) if extent % w == 0 and w < extent]
     base = ([{}] if extent <= 4 * lanes else []) + [{"width": w} for w in widths]
     for p in base:
-        yield {**p, "exp": "fast"}
+        yield {**p, **fast}
         yield p
     # a reduction axis: partial results one register wide, whose combining nest (a serial chain as
     # long as the width) is then half as long as with two registers
     for w in sorted(widths):
-        yield {"width": w, "partials": True, "exp": "fast"}
+        yield {"width": w, "partials": True, **fast}
         yield {"width": w, "partials": True}
 
 

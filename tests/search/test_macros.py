@@ -280,6 +280,41 @@ def test_row_kernel_never_inlines_a_value_it_would_compute_twice(consumer, inlin
     assert all(m.params.get("inlined", 0) == int(inlined) for m in macros)
 
 
+GELU = parse_program("B^{64}_{tx=0}L^{256}_{a=0}"
+                     "[C^{f32,g}_{tx,a}=A^{f32,g}_{tx,a}*0.5*(1+erf(A^{f32,g}_{tx,a}/sqrt(2)));];")
+MISH = parse_program("B^{64}_{tx=0}L^{256}_{a=0}[C^{f32,g}_{tx,a}=A^{f32,g}_{tx,a}*"
+                     "(1-2/(exp(2*log(1+exp(A^{f32,g}_{tx,a})))+1));];")
+LOG_SOFTMAX_TAIL = parse_program("B^{64}_{tx=0}L^{256}_{a=0}"
+                                 "[C^{f32,g}_{tx,a}=A^{f32,g}_{tx,a}-log(D^{f32,g}_{tx});];")
+
+
+@pytest.mark.parametrize("program, signature, fast", [
+    (GELU, sig(A=[64, 256], C=[64, 256]), {"math": "fast"}),   # erf: 29 cycles a call, scalar
+    (LOG_SOFTMAX_TAIL, sig(A=[64, 256], D=[64], C=[64, 256]), {"math": "fast"}),   # a log alone
+    (MISH, sig(A=[64, 256], C=[64, 256]), {"exp": "fast"}),    # a log beside exp stays scalar
+])
+def test_row_kernel_computes_erf_and_a_lone_log_in_their_fast_forms_and_every_step_verifies(
+        program, signature, fast):
+    """erf as one scalar library call per element made a GELU tail 17x slower than fast_erf in vector
+    code; the row kernel asks for `math: fast` where a nest calls erf, or log without exp."""
+    from gpu_tasks.verify import verify_pair
+
+    macros = row_kernels(Context(program, signature), AVX512)
+    (vector,) = {json_key(t.params): t for m in macros for t in m.steps
+                 if t.strategy == "loop_vectorization"}.values()
+    assert {k: vector.params.get(k) for k in ("math", "exp") if vector.params.get(k)} == fast
+    fns = {"math": ("fast_erf", "fast_log"), "exp": ("fast_exp",)}[next(iter(fast))]
+    text = format_program(vector.after)
+    assert any(f in text for f in fns)
+    assert verify_pair(program, vector.after, signature, "llvm", 2, 0).status == "close"
+
+
+def json_key(params: dict) -> str:
+    import json
+
+    return json.dumps(params, sort_keys=True)
+
+
 def test_no_macro_on_cuda_and_none_twice_on_a_finished_kernel():
     assert macro_proposals(Context(MM_B, MM_SIG, "cuda")) == []
     done = micro_kernels(Context(MM_B, MM_SIG), AVX512)[0].after
