@@ -22,7 +22,8 @@ splits.
   (`compute_inline`), then every heavy nest's outer spatial loop made parallel and its innermost loop
   vectorised (split to a vector width, through partial results where it is a reduction axis).
 - `program_kernel`: both in one proposal, the micro-kernels first (every heavy contraction's), then
-  the row kernel of every other heavy nest on their result.
+  the row kernel of every other heavy nest on their result; where that is longer than a 16-state
+  search, a second one with the row kernel of as many of the heaviest nests as fit in 16 steps.
 
 Pure tree rewrites through `strategies` (never TVM); the choice of sites and parameters comes from
 the program's own analysis (`search.analysis`).
@@ -51,6 +52,10 @@ HEAVY_SHARE = 0.05
 # The row kernel's fusions stop at this many steps: the search's 48 states must hold it and more.
 MAX_ROW_KERNEL_STEPS = 32
 MAX_PROGRAM_KERNEL_STEPS = 40   # the micro-kernels and the row kernel (fused when it fits) together
+# A second program kernel fits a search of this many states (`steptp search`'s default budget): a macro
+# longer than the states left is never started, and on KernelBench's GEMM + activation problems the
+# whole program kernel (micro-kernel and a row kernel over six tail nests: 20-26 steps) never ran in 16.
+COMPACT_STEPS = 16
 
 
 @dataclass(frozen=True)
@@ -439,6 +444,30 @@ def row_kernels(ctx: Context, machine: Machine = DEFAULT_MACHINE) -> list[Macro]
     return [Macro("row_kernel", {**plain.params, "fused": fusions}, tuple(b.steps)), plain]
 
 
+def compact_row_kernel(ctx: Context, max_steps: int, machine: Machine = DEFAULT_MACHINE) -> Macro | None:
+    """The row kernel of the heaviest nests whose steps fit in `max_steps` (the chains inlined first),
+    heaviest first, as many as fit; None when not even the heaviest nest's kernel fits."""
+    b = _Builder(ctx)
+    inlined = _inline_chains(b)
+    kernels = {c.nest for c in contractions(b.program)}
+    costs = {n: c for n, c in nest_costs(b.program, machine).items() if n not in kernels}
+    total = sum(costs.values()) or 1.0
+    heavy = sorted((n for n in costs if costs[n] >= HEAVY_SHARE * total), key=lambda n: (-costs[n], n))
+    chosen: list[int] = []
+    best: list[Transformation] = []
+    for n in heavy:
+        trial = _Builder(b.ctx)
+        for m in sorted(chosen + [n], reverse=True):   # last nest first, as `row_kernels`
+            _row_nest_steps(trial, m, machine)
+        if len(b.steps) + len(trial.steps) > max_steps:
+            break
+        chosen, best = chosen + [n], trial.steps
+    if len(best) < 2:
+        return None
+    params = {"nests": len({t.site.nest for t in best}), "compact": True, **({"inlined": inlined} if inlined else {})}
+    return Macro("row_kernel", params, tuple(b.steps + best))
+
+
 def _inline_chains(b: _Builder) -> int:
     """Every elementwise intermediate whose one reader runs over as many iterations as its producer
     (a norm's normalised value read only by its affine scale and shift) computed where it is read
@@ -638,7 +667,7 @@ def program_kernel(ctx: Context, micro: list[Macro], machine: Machine = DEFAULT_
     had no states left to reach its softmax and activations as a second."""
     if not micro:
         return None
-    first = max(micro, key=lambda m: (len(m.steps), -micro.index(m)))
+    first = _widest(micro)
     rows = [r for r in row_kernels(ctx.with_program(first.after), machine)
             if len(first.steps) + len(r.steps) <= MAX_PROGRAM_KERNEL_STEPS]
     if not rows:
@@ -647,10 +676,30 @@ def program_kernel(ctx: Context, micro: list[Macro], machine: Machine = DEFAULT_
                  first.steps + rows[0].steps)
 
 
+def compact_program_kernel(ctx: Context, micro: list[Macro], whole: Macro | None,
+                           machine: Machine = DEFAULT_MACHINE) -> Macro | None:
+    """The widest micro-kernel, then the row kernel of as many of the heaviest other nests as fit in
+    `COMPACT_STEPS` in all (`compact_row_kernel`): the program kernel of a 16-state search. None when
+    the whole program kernel fits anyway, or when no row kernel fits beside the micro-kernel."""
+    if not micro or (whole is not None and len(whole.steps) <= COMPACT_STEPS):
+        return None
+    first = _widest(micro)
+    rows = compact_row_kernel(ctx.with_program(first.after), COMPACT_STEPS - len(first.steps), machine)
+    if rows is None:
+        return None
+    return Macro("program_kernel", {**first.params, "row_nests": rows.params["nests"], "compact": True},
+                 first.steps + rows.steps)
+
+
+def _widest(micro: list[Macro]) -> Macro:
+    return max(micro, key=lambda m: (len(m.steps), -micro.index(m)))
+
+
 def macro_proposals(ctx: Context, machine: Machine = DEFAULT_MACHINE) -> list[Macro]:
     """Every macro this state admits (possibly none), in a fixed order."""
     if ctx.gpu:
         return []
     micro = micro_kernels(ctx, machine)
     whole = program_kernel(ctx, micro, machine)
-    return micro + row_kernels(ctx, machine) + ([whole] if whole is not None else [])
+    compact = compact_program_kernel(ctx, micro, whole, machine)
+    return micro + row_kernels(ctx, machine) + [m for m in (whole, compact) if m is not None]

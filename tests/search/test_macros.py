@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from leir.analysis import statement_sites
-from leir.ast import Stmt
+from leir.ast import Call, Stmt, walk_expr
 from leir.parse import parse_program
 from leir.printer import format_program
 from leir.signature import Signature
@@ -23,6 +23,7 @@ from search.macros import (
     vector_widths,
 )
 from search.policies import macro_action
+from strategies.analysis.legality import body_statements
 from strategies.base import Context
 
 AVX512 = Machine(cores=2, vector_bits=512, vector_registers=32)
@@ -473,3 +474,62 @@ def test_one_macro_schedules_the_heavy_contractions_and_then_the_other_heavy_nes
     (unfused,) = [m for m in proposals if m.name == "row_kernel" and "fused" not in m.params]
     act = next(n for n in unfused.after.nests if n.body[0].lhs.tensor == "E")
     assert act.loops[0].kind == "P" and act.loops[-1].kind == "V"
+
+
+# KernelBench level 2, 95_Matmul_Add_Swish_Tanh_GELU_Hardtanh as translated: a matmul, its bias, and
+# six element-wise nests; the whole program kernel is 18 steps
+GEMM_TAIL = parse_program(
+    "B^{128}_{tx=0}L^{128}_{a=0}L^{128}_{c=0}[C^{f32,g}_{tx,a}=C^{f32,g}_{tx,a}+A^{f32,g}_{tx,c}*J^{f32,g}_{a,c};];"
+    "B^{128}_{tx=0}L^{128}_{a=0}[C^{f32,g}_{tx,a}=C^{f32,g}_{tx,a}+K^{f32,g}_{a};];"
+    "B^{128}_{tx=0}L^{128}_{a=0}[D^{f32,g}_{tx,a}=C^{f32,g}_{tx,a}+M^{f32,g}_{a};];"
+    "B^{128}_{tx=0}L^{128}_{a=0}[E^{f32,g}_{tx,a}=1/(1+exp(-D^{f32,g}_{tx,a}));];"
+    "B^{128}_{tx=0}L^{128}_{a=0}[F^{f32,g}_{tx,a}=E^{f32,g}_{tx,a}*D^{f32,g}_{tx,a};];"
+    "B^{128}_{tx=0}L^{128}_{a=0}[N^{f32,g}_{tx,a}=exp(min(max(F^{f32,g}_{tx,a},-20),20));"
+    "O^{f32,g}_{tx,a}=exp(-min(max(F^{f32,g}_{tx,a},-20),20));"
+    "G^{f32,g}_{tx,a}=(N^{f32,g}_{tx,a}-O^{f32,g}_{tx,a})/(N^{f32,g}_{tx,a}+O^{f32,g}_{tx,a});];"
+    "B^{128}_{tx=0}L^{128}_{a=0}[H^{f32,g}_{tx,a}=G^{f32,g}_{tx,a}*0.5*(1+erf(G^{f32,g}_{tx,a}/sqrt(2)));];"
+    "B^{128}_{tx=0}L^{128}_{a=0}[I^{f32,g}_{tx,a}=min(max(H^{f32,g}_{tx,a},-1),1);];")
+GEMM_TAIL_SIG = sig(A=[128, 128], J=[128, 128], K=[128], M=[128], I=[128, 128])
+
+
+def test_a_compact_program_kernel_fits_a_16_state_search_and_every_step_verifies():
+    """Where the whole program kernel is longer than COMPACT_STEPS (a macro longer than the states left
+    is never started), a second one takes the micro-kernel and the row kernel of the heaviest other
+    nests that fit: here the GELU's erf nest, the heaviest, gets its vector and parallel loops."""
+    from gpu_tasks.verify import verify_pair
+    from search.macros import COMPACT_STEPS
+
+    proposals = macro_proposals(Context(GEMM_TAIL, GEMM_TAIL_SIG), AVX512)
+    whole, compact = [m for m in proposals if m.name == "program_kernel"]
+    assert len(whole.steps) > COMPACT_STEPS >= len(compact.steps) and compact.params["compact"] is True
+    assert_chained(compact, GEMM_TAIL)
+    first = next(m for m in proposals if m.name == "micro_kernel")
+    assert compact.steps[:len(first.steps)] == whole.steps[:len(first.steps)] == first.steps
+    assert_micro_kernel(compact.after)
+    gelu = next(n for n in compact.after.nests if any(
+        isinstance(e, Call) and e.fn == "fast_erf" for st, _ in body_statements(n) for e in walk_expr(st.rhs)))
+    assert gelu.loops[0].kind == "P" and any(lp.kind == "V" for lp in gelu.loops)
+    assert verify_pair(GEMM_TAIL, compact.after, GEMM_TAIL_SIG, "llvm", 2, 0).status == "close"
+    # where the whole program kernel fits, there is no second one
+    small = [m for m in macro_proposals(Context(MM_B, MM_SIG), AVX512) if m.name == "program_kernel"]
+    assert len(small) <= 1 and all("compact" not in m.params for m in small)
+
+
+def test_a_16_state_search_reaches_the_compact_program_kernel():
+    """Greedy with 16 states on GEMM_TAIL: the micro-kernel first (6 states), then the compact program
+    kernel continues from it (its first 6 steps are states seen before, free) in the 10 left."""
+    def measure(root, state):
+        text = format_program(state)
+        return 1000.0, 1000.0 / (1 + text.count("P^") + text.count("V^") + 4 * text.count("fast_erf"))
+
+    result = run(GEMM_TAIL, GEMM_TAIL_SIG, "greedy", _library(), lambda r, s: "exact", measure,
+                 budget=Budget(states=16))
+    assert result.states_verified <= 16
+    assert "fast_erf" in format_program(result.best.program)
+    assert any(n.move == "program_kernel" for n in result.trajectory)
+
+
+def _library():
+    from search.policies import LibraryPolicy
+
+    return LibraryPolicy(machine=AVX512)
