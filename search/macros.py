@@ -425,14 +425,10 @@ def row_kernels(ctx: Context, machine: Machine = DEFAULT_MACHINE) -> list[Macro]
     outer loop parallel, its innermost loop vectorised."""
     b = _Builder(ctx)
     inlined = _inline_chains(b)
-    kernels = {c.nest for c in contractions(b.program)}   # the micro-kernel's business
-    costs = {n: c for n, c in nest_costs(b.program, machine).items() if n not in kernels}
-    total = sum(costs.values()) or 1.0
     # last nest first: a reduction vectorised through partial results adds its combining nest after
     # it, which leaves the indices of the nests before it as they were
-    for n in sorted(costs, reverse=True):
-        if costs[n] >= HEAVY_SHARE * total:
-            _row_nest_steps(b, n, machine)
+    for n in sorted(_heavy_row_nests(b.program, machine), reverse=True):
+        _row_nest_steps(b, n, machine)
     if len(b.steps) - inlined < 2:
         return []
     scheduled = b.steps[inlined:]
@@ -444,15 +440,22 @@ def row_kernels(ctx: Context, machine: Machine = DEFAULT_MACHINE) -> list[Macro]
     return [Macro("row_kernel", {**plain.params, "fused": fusions}, tuple(b.steps)), plain]
 
 
+def _heavy_row_nests(program: Program, machine: Machine) -> dict[int, float]:
+    """The static cost of each nest the row kernel schedules: not a contraction (the micro-kernel's
+    business), and at least HEAVY_SHARE of the other nests' cost."""
+    kernels = {c.nest for c in contractions(program)}
+    costs = {n: c for n, c in nest_costs(program, machine).items() if n not in kernels}
+    total = sum(costs.values()) or 1.0
+    return {n: c for n, c in costs.items() if c >= HEAVY_SHARE * total}
+
+
 def compact_row_kernel(ctx: Context, max_steps: int, machine: Machine = DEFAULT_MACHINE) -> Macro | None:
     """The row kernel of the heaviest nests whose steps fit in `max_steps` (the chains inlined first),
     heaviest first, as many as fit; None when not even the heaviest nest's kernel fits."""
     b = _Builder(ctx)
     inlined = _inline_chains(b)
-    kernels = {c.nest for c in contractions(b.program)}
-    costs = {n: c for n, c in nest_costs(b.program, machine).items() if n not in kernels}
-    total = sum(costs.values()) or 1.0
-    heavy = sorted((n for n in costs if costs[n] >= HEAVY_SHARE * total), key=lambda n: (-costs[n], n))
+    costs = _heavy_row_nests(b.program, machine)
+    heavy = sorted(costs, key=lambda n: (-costs[n], n))
     chosen: list[int] = []
     best: list[Transformation] = []
     for n in heavy:
