@@ -2,7 +2,7 @@
 
 Float inputs: draw 0 standard normal, draw 1 uniform in [-1, 1], draw 2 wide-range (random sign,
 magnitude log-uniform in [1e-2, 1e1]); later draws cycle through the kinds with fresh numbers.
-Inputs a program passes to `log`, `sqrt` or divides by are drawn positive. Integer inputs used inside
+Inputs a program passes to `log` (or its fast form), `sqrt` or divides by are drawn positive. Integer inputs used inside
 another tensor's subscript are drawn within the range that keeps the subscript inside that dimension
 (class indices, gathers); other integers from a small range; bools are fair coin masks.
 
@@ -19,7 +19,7 @@ import ml_dtypes
 import numpy as np
 
 from leir.analysis import index_range, statement_sites, tensor_table
-from leir.ast import Access, BinOp, Call, Program, accesses, walk_expr
+from leir.ast import FAST_OF, Access, BinOp, Call, Program, accesses, walk_expr
 from leir.dtypes import is_float
 from leir.signature import Signature, TensorSpec
 
@@ -27,6 +27,7 @@ DRAW_KINDS = ("normal", "uniform", "wide")
 SMALL_SIGNED = (-8, 8)     # inclusive range of integers used as values
 SMALL_POSITIVE = (1, 8)    # ... used as divisors
 WIDE_LOG10 = (-2.0, 1.0)   # magnitudes of the wide-range draw: 1e-2 .. 1e1
+POSITIVE_ARGUMENT_FNS = ("log", FAST_OF["log"], "sqrt")  # functions whose operand is drawn positive
 
 _NUMPY_DTYPES = {"bfloat16": np.dtype(ml_dtypes.bfloat16)}
 
@@ -129,11 +130,11 @@ def _float_values(kind: str, shape: tuple[int, ...], rng: np.random.Generator) -
 # --- what the programs say about their inputs -------------------------------------------------------
 
 def _positive_inputs(program: Program) -> set[str]:
-    """Tensors read directly as the argument of log/sqrt or as a divisor."""
+    """Tensors read directly as the argument of log/fast_log/sqrt or as a divisor."""
     out = set()
     for site in statement_sites(program):
         for node in walk_expr(site.stmt.rhs):
-            if isinstance(node, Call) and node.fn in ("log", "sqrt") and isinstance(node.args[0], Access):
+            if isinstance(node, Call) and node.fn in POSITIVE_ARGUMENT_FNS and isinstance(node.args[0], Access):
                 out.add(node.args[0].tensor)
             if isinstance(node, BinOp) and node.op in ("/", "//", "%") and isinstance(node.rhs, Access):
                 out.add(node.rhs.tensor)

@@ -79,11 +79,16 @@ def test_integers_used_as_values_are_small_and_bools_are_masks():
     assert inputs["M"].dtype == np.bool_ and 0 < inputs["M"].sum() < 100
 
 
-def test_log_sqrt_arguments_and_divisors_are_positive():
-    s = sig(("A", (50,), "float32", "input"), ("E", (50,), "float32", "input"), ("C", (50,), "float32", "output"))
-    program = parse_program("B^{50}_{tx=0}[C^{f32,g}_{tx}=log(A^{f32,g}_{tx})/E^{f32,g}_{tx};];")
+@pytest.mark.parametrize("fn", ["log", "fast_log", "sqrt"])
+def test_log_sqrt_arguments_and_divisors_are_positive(fn):
+    """`fast_log` too: a searched state whose log became the row kernel's fast form, verified alone
+    (KernelBench's best-state check), once drew negative inputs and failed as non-finite."""
+    s = sig(("A", (50,), "float32", "input"), ("E", (50,), "float32", "input"), ("F", (50,), "float32", "input"),
+            ("C", (50,), "float32", "output"))
+    program = parse_program(f"B^{{50}}_{{tx=0}}[C^{{f32,g}}_{{tx}}={fn}(A^{{f32,g}}_{{tx}})/E^{{f32,g}}_{{tx}}"
+                            "+F^{f32,g}_{tx};];")
     for inputs in make_draws(s, [program], 3):
-        assert inputs["A"].min() > 0 and inputs["E"].min() > 0
+        assert inputs["A"].min() > 0 and inputs["E"].min() > 0 and inputs["F"].min() < 0
 
 
 def test_low_precision_dtypes():
