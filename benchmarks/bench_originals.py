@@ -49,8 +49,7 @@ def translated(dtype: str, shapes: str, seed: int, families: set[str] | None, na
 
 
 def measure(dtype: str, shapes: str, seed: int, families, names, workers: int) -> list[dict]:
-    from flows.config import load_params
-    from flows.generate import own_error_factor
+    from flows.config import load_params, own_error_factor
     from gpu_tasks.pool import WorkerPool
     from gpu_tasks.verify import verify_against_references
 

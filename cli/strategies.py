@@ -279,8 +279,7 @@ def verified_originals(found: list, workers: int, timeout_s: float, seed: int = 
     one); the others as {"program", "status", "error"}: a strategy is not to blame for them."""
     from dataclasses import replace
 
-    from flows.config import load_params
-    from flows.generate import own_error_factor
+    from flows.config import load_params, own_error_factor
     from gpu_tasks.pool import WorkerPool
     from gpu_tasks.verify import pair_request, verify_against_references, verify_pairs
 

@@ -363,10 +363,15 @@ def _shapes(translation) -> dict:
 
 
 def _verify(translation, draws: int):
+    """As the generate stage judges an original: against PyTorch in float64, each draw's bounds raised
+    to `verify.pytorch_error_factor` times PyTorch's own error in the program's dtype where that is
+    larger (a float32 batch norm's own rounding is no fault of the translation)."""
+    from flows.config import load_params, own_error_factor
     from gpu_tasks.verify import verify_against_reference
 
     return verify_against_reference(translation.program, translation.signature, translation.reference,
-                                    draws=draws)
+                                    draws=draws, own_fn=translation.reference_in_dtype,
+                                    own_factor=own_error_factor(load_params()))
 
 
 @workloads_app.command("list")

@@ -104,3 +104,11 @@ def set_param(path: Path, keys: tuple[str, ...], value: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(new)
     tmp.replace(path)
+
+
+def own_error_factor(params) -> float:
+    """params.yaml `verify.pytorch_error_factor`: how many times PyTorch's own error in a program's dtype
+    an original may have against the float64 reference (gpu_tasks.compare.raised_bounds)."""
+    from gpu_tasks.verify import OWN_ERROR_FACTOR
+
+    return float(params.verify.get("pytorch_error_factor", OWN_ERROR_FACTOR))

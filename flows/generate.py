@@ -9,7 +9,7 @@ from pathlib import Path
 from prefect import flow
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows.config import Params
+from flows.config import Params, own_error_factor
 from flows.keys import in_share
 from flows.tasks import run_tasks, shard_task, shared_pool, stage_key, write_table
 
@@ -79,14 +79,6 @@ def program_dtypes(prof: dict, workload, pinned: str | None = None) -> list[str]
         dtypes += [d for d, names in (prof.get("extra_dtypes") or {}).items()
                    if workload.name in names and d not in dtypes]
     return [d for d in dtypes if d in workload.dtypes]
-
-
-def own_error_factor(params) -> float:
-    """params.yaml `verify.pytorch_error_factor`: how many times PyTorch's own error in a program's dtype
-    an original may have against the float64 reference (gpu_tasks.compare.raised_bounds)."""
-    from gpu_tasks.verify import OWN_ERROR_FACTOR
-
-    return float(params.verify.get("pytorch_error_factor", OWN_ERROR_FACTOR))
 
 
 def program_target(program_id: str, seed: int, gpu_share: float) -> str:
