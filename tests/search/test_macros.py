@@ -457,7 +457,12 @@ def test_one_macro_schedules_the_heavy_contractions_and_then_the_other_heavy_nes
                             "[F^{f32,g}_{tx,a}=F^{f32,g}_{tx,a}+E^{f32,g}_{tx,c}*G^{f32,g}_{c,a};];"
                             "B^{8}_{tx=0}L^{8}_{a=0}L^{8}_{c=0}"
                             "[H^{f32,g}_{tx,a}=H^{f32,g}_{tx,a}+I^{f32,g}_{tx,c}*J^{f32,g}_{c,a};];")
-    signature = sig(A=[32, 64], C=[64, 128], G=[128, 64], I=[8, 8], J=[8, 8], F=[32, 64])
+    # H is an output too: a dead light contraction would be removed first (`_drop_dead`)
+    signature = Signature.from_json({"tensors": [
+        *({"name": n, "shape": shape, "dtype": "float32", "role": "input"}
+          for n, shape in (("A", [32, 64]), ("C", [64, 128]), ("G", [128, 64]), ("I", [8, 8]), ("J", [8, 8]))),
+        *({"name": n, "shape": shape, "dtype": "float32", "role": "output"} for n, shape in (("F", [32, 64]),
+                                                                                            ("H", [8, 8])))]})
     ctx = Context(program, signature)
     assert len(contractions(program)) == 3
     proposals = macro_proposals(ctx, AVX512)
@@ -533,3 +538,47 @@ def _library():
     from search.policies import LibraryPolicy
 
     return LibraryPolicy(machine=AVX512)
+
+
+# KernelBench level 2, 32_Conv2d_Scaling_Min as translated (16x16x16x16, the size the benchmark chose): the convolution, its bias, the
+# scale, the minimum over channels, and the indices of that minimum (K, F), which nothing reads
+CONV_MIN = parse_program(
+    "B^{16}_{tx=0}L^{16}_{a=0}L^{14}_{c=0}L^{14}_{d=0}L^{16}_{f=0}L^{3}_{g=0}L^{3}_{h=0}"
+    "[C^{f32,g}_{tx,a,c,d}=C^{f32,g}_{tx,a,c,d}+A^{f32,g}_{tx,f,c+g,d+h}*H^{f32,g}_{a,f,g,h};];"
+    "B^{16}_{tx=0}L^{16}_{a=0}L^{14}_{c=0}L^{14}_{d=0}[C^{f32,g}_{tx,a,c,d}=C^{f32,g}_{tx,a,c,d}+I^{f32,g}_{a};];"
+    "B^{16}_{tx=0}L^{16}_{a=0}L^{14}_{c=0}L^{14}_{d=0}[D^{f32,g}_{tx,a,c,d}=C^{f32,g}_{tx,a,c,d}*2.0;];"
+    "B^{16}_{tx=0}L^{16}_{a=0}L^{14}_{c=0}L^{14}_{d=0}[J^{f32,g}_{tx,0,c,d}=min(J^{f32,g}_{tx,0,c,d},D^{f32,g}_{tx,a,c,d});];"
+    "B^{16}_{tx=0}L^{1}_{a=0}L^{14}_{c=0}L^{14}_{d=0}[E^{f32,g}_{tx,a,c,d}=J^{f32,g}_{tx,a,c,d};];"
+    "B^{16}_{tx=0}L^{16}_{a=0}L^{14}_{c=0}L^{14}_{d=0}[K^{f32,g}_{tx,0,c,d}=min(K^{f32,g}_{tx,0,c,d},D^{f32,g}_{tx,a,c,d});"
+    "F^{i64,g}_{tx,0,c,d}=0;];"
+    "B^{16}_{tx=0}L^{16}_{a=0}L^{14}_{c=0}L^{14}_{d=0}[F^{i64,g}_{tx,0,c,d}=if_then_else(D^{f32,g}_{tx,15-a,c,d}<="
+    "K^{f32,g}_{tx,0,c,d},15-a,F^{i64,g}_{tx,0,c,d});];"
+    "B^{16}_{tx=0}L^{1}_{a=0}L^{14}_{c=0}L^{14}_{d=0}[G^{f32,g}_{tx,a,c,d}=E^{f32,g}_{tx,a,c,d};];")
+CONV_MIN_SIG = sig(A=[16, 16, 16, 16], H=[16, 16, 3, 3], I=[16], G=[16, 1, 14, 14])
+
+
+def test_after_a_convolutions_micro_kernel_its_tails_are_scheduled_and_dead_code_goes_first():
+    """The scheduled convolution is not counted among the row kernel's nests (it made every tail look
+    light: no program kernel was offered, and KernelBench's conv + tail problems kept their tails
+    serial and scalar); the dead indices are removed before anything is scheduled."""
+    from gpu_tasks.verify import verify_pair
+
+    proposals = macro_proposals(Context(CONV_MIN, CONV_MIN_SIG), AVX512)
+    kernels = [m for m in proposals if m.name == "program_kernel"]
+    assert kernels
+    for macro in kernels:
+        assert_chained(macro, CONV_MIN)
+        strategies = [t.strategy for t in macro.steps]
+        assert strategies.count("dead_code_elimination") == 1 and macro.params.get("row_nests", 0) >= 1
+        assert strategies.index("dead_code_elimination") > strategies.index("loop_unrolling")  # after the micro-kernel
+        written = {s.stmt.lhs.tensor for s in statement_sites(macro.after)}
+        assert not written & {"K", "F"}
+        # the bias and the minimum over channels (the heavy tails): under a parallel loop, vector innermost
+        tails = [site for site in statement_sites(macro.after) if site.stmt.lhs.tensor == "J"
+                 or "I" in {a.tensor for a in walk_expr(site.stmt.rhs) if hasattr(a, "tensor")}]
+        assert len(tails) == 2 and all(t.loops[0].kind == "P" and t.loops[-1].kind == "V" for t in tails), \
+            format_program(macro.after)
+        assert verify_pair(CONV_MIN, macro.after, CONV_MIN_SIG, "llvm", 2, 0).status in ("exact", "close")
+    rows = [m for m in proposals if m.name == "row_kernel"]
+    assert rows and all(m.params["dead"] == 1 and m.steps[0].strategy == "dead_code_elimination" for m in rows)
+
