@@ -196,6 +196,10 @@ def run_one(path: Path, args) -> dict:
         own = {"own_fn": tr.reference_in_dtype, "own_factor": own_error_factor(load_params())}
         naive = verify_against_reference(tr.program, tr.signature, tr.reference, draws=3, **own)
         row["naive_verification"], row["translated"] = naive.status, bool(naive.passed)
+        if not naive.passed and reference_degenerate(naive):
+            phase = "degenerate problem"   # the problem's own output, not the translation: still not correct
+            raise RuntimeError(f"PyTorch's {naive.error.removeprefix(DEGENERATE)}: no draw can tell a right "
+                               "program from a wrong one")
         if not naive.passed:
             raise RuntimeError(f"the translation does not match PyTorch: {naive.status} {naive.error or ''}".strip())
         phase = "search"
@@ -226,6 +230,16 @@ def run_one(path: Path, args) -> dict:
     row["failed_at"] = phase if row.get("error") else None
     row["wall_s"] = round(time.perf_counter() - t0, 1)
     return ratios(row)
+
+
+DEGENERATE = "degenerate evidence: "   # gpu_tasks.compare's prefix; "the program's output" names our side
+
+
+def reference_degenerate(verification) -> bool:
+    """The verification refused PyTorch's own output as evidence (all zero, non-finite or constant on
+    every draw: 80_Gemm_Max_Subtract_GELU subtracts a one-element mean from itself), not the program's."""
+    error = verification.error or ""
+    return verification.status == "invalid" and error.startswith(DEGENERATE + "output ")
 
 
 def ratios(row: dict) -> dict:

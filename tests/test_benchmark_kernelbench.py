@@ -110,3 +110,19 @@ def test_one_problem_end_to_end_correct_and_timed_against_eager_and_compile(tmp_
     # a rerun with the same rows file skips the problem
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert "1 already in" in again.stdout and len(out.read_text().splitlines()) == 1
+
+
+def test_a_problem_whose_pytorch_output_is_zero_on_every_draw_is_named_degenerate_not_mistranslated():
+    """80_Gemm_Max_Subtract_GELU subtracts a one-element mean from itself: PyTorch's output is zero on
+    every draw, so no verification can judge the translation; the row says so instead of blaming it."""
+    import numpy as np
+
+    from gpu_tasks.verify import verify_against_reference
+
+    signature = {"tensors": [{"name": "A", "shape": [4, 8], "dtype": "float32", "role": "input"},
+                             {"name": "D", "shape": [4, 8], "dtype": "float32", "role": "output"}]}
+    program = "B^{4}_{tx=0}L^{8}_{a=0}[D^{f32,g}_{tx,a}=A^{f32,g}_{tx,a}-A^{f32,g}_{tx,a};];"
+    zero = verify_against_reference(program, signature, lambda inputs: np.zeros((4, 8)))
+    assert zero.status == "invalid" and kb.reference_degenerate(zero)
+    wrong = verify_against_reference(program, signature, lambda inputs: inputs["A"])
+    assert wrong.status == "mismatch" and not kb.reference_degenerate(wrong)
