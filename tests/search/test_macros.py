@@ -124,7 +124,8 @@ def test_tile_shapes_follow_the_vector_registers():
 def test_vector_widths_a_whole_register_else_a_masked_one_and_the_widest_half_or_quarter():
     assert [vector_width(c, 16) for c in (64, 32, 56, 24, 12, 14, 7)] == [16, 16, 8, 8, 4, 0, 0]
     assert vector_width(6, 2) == 2   # float64 on SSE: two lanes
-    assert [vector_widths(c, 16) for c in (64, 56, 26, 24, 14, 54, 7)] == [[16], [14, 8], [13], [12, 8], [14], [], []]
+    assert [vector_widths(c, 16) for c in (64, 56, 26, 24, 14, 54, 7, 6, 5)] == [[16], [14, 8], [13], [12, 8], [14],
+                                                                              [], [7], [6], []]
     assert vector_widths(56, 8) == [8] and vector_widths(14, 8) == [7]          # AVX2 float32
 
 
@@ -582,3 +583,22 @@ def test_after_a_convolutions_micro_kernel_its_tails_are_scheduled_and_dead_code
     rows = [m for m in proposals if m.name == "row_kernel"]
     assert rows and all(m.params["dead"] == 1 and m.steps[0].strategy == "dead_code_elimination" for m in rows)
 
+
+
+# A 3D convolution's output rows are 6 wide (KernelBench level 2, 47_Conv3d_Mish_Tanh's, as translated)
+CONV3D = parse_program(
+    "B^{8}_{tx=0}L^{8}_{a=0}L^{6}_{c=0}L^{6}_{d=0}L^{6}_{f=0}L^{8}_{g=0}L^{3}_{h=0}L^{3}_{i=0}L^{3}_{j=0}"
+    "[C^{f32,g}_{tx,a,c,d,f}=C^{f32,g}_{tx,a,c,d,f}+A^{f32,g}_{tx,g,c+h,d+i,f+j}*F^{f32,g}_{a,g,h,i,j};];")
+CONV3D_SIG = sig(A=[8, 8, 8, 8, 8], F=[8, 8, 3, 3, 3], C=[8, 8, 6, 6, 6])
+
+
+def test_a_3d_convolutions_six_columns_get_a_micro_kernel_in_one_masked_half_register():
+    from gpu_tasks.verify import verify_pair
+
+    macros = micro_kernels(Context(CONV3D, CONV3D_SIG), AVX512)
+    assert macros and all(m.params["vector"] == 6 and m.params["tile"][1] == 6 for m in macros)
+    macro = macros[0]
+    assert_chained(macro, CONV3D)
+    (site,) = statement_sites(macro.after)
+    assert site.loops[0].kind == "P" and site.loops[-1].kind == "V" and site.loops[-1].extent == 6
+    assert verify_pair(CONV3D, macro.after, CONV3D_SIG, "llvm", 2, 0).status == "exact"
