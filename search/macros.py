@@ -453,7 +453,7 @@ def _prepared_params(dead: int, inlined: int) -> dict:
 
 def _heavy_row_nests(program: Program, machine: Machine) -> dict[int, float]:
     """The static cost of each nest the row kernel schedules: not a contraction nor a nest a
-    micro-kernel already scheduled (the micro-kernel's business: a vector or unrolled loop), and at
+    micro-kernel already scheduled (`_scheduled`), and at
     least HEAVY_SHARE of the other nests' cost. Measured on KernelBench level 2's convolutions with
     tails: counted in, a scheduled convolution (1.1M cycles against 150k for five tail nests) left
     every tail under the share, so no program kernel was offered after the micro-kernel and the tails
@@ -489,9 +489,14 @@ def compact_row_kernel(ctx: Context, max_steps: int, machine: Machine = DEFAULT_
 
 
 def _scheduled(nest: Nest) -> bool:
-    """A vector or unrolled loop anywhere in the nest."""
+    """What a micro-kernel leaves: a parallel loop and a vector or unrolled loop. A nest vectorised by
+    a single step, still serial, is not: the row kernel still has its parallel loop to give."""
+    return any(lp.kind == "P" for lp in nest.loops) and _vector_or_unrolled(nest)
+
+
+def _vector_or_unrolled(nest: Nest) -> bool:
     return any(lp.kind in ("V", "U") for lp in nest.loops) or any(
-        isinstance(item, Nest) and _scheduled(item) for item in nest.body)
+        isinstance(item, Nest) and _vector_or_unrolled(item) for item in nest.body)
 
 
 def _drop_dead(b: _Builder) -> int:

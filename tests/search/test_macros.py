@@ -7,13 +7,14 @@ from __future__ import annotations
 import pytest
 
 from leir.analysis import statement_sites
-from leir.ast import Call, Stmt, walk_expr
+from leir.ast import Call, Loop, Nest, Program, Stmt, walk_expr
 from leir.parse import parse_program
 from leir.printer import format_program
 from leir.signature import Signature
 from search.analysis import Machine, estimate_cycles, log2_speedup
 from search.drivers import Budget, DriverConfig, Policy, run
 from search.macros import (
+    _heavy_row_nests,
     contractions,
     macro_proposals,
     micro_kernels,
@@ -602,3 +603,26 @@ def test_a_3d_convolutions_six_columns_get_a_micro_kernel_in_one_masked_half_reg
     (site,) = statement_sites(macro.after)
     assert site.loops[0].kind == "P" and site.loops[-1].kind == "V" and site.loops[-1].extent == 6
     assert verify_pair(CONV3D, macro.after, CONV3D_SIG, "llvm", 2, 0).status == "exact"
+
+
+# two elementwise nests over 64 x 768, the first vectorised by a single step and still serial
+ROWS_ONE_VECTORISED = parse_program(
+    "B^{64}_{tx=0}L^{48}_{a=0}V^{16}_{c=0}[D^{f32,g}_{tx,a*16+c}=exp(A^{f32,g}_{tx,a*16+c});];"
+    "B^{64}_{tx=0}L^{768}_{a=0}[C^{f32,g}_{tx,a}=exp(D^{f32,g}_{tx,a});];")
+ROWS_SIG = sig(A=[64, 768], C=[64, 768])
+
+
+def test_a_nest_vectorised_but_serial_still_gets_the_row_kernels_parallel_loop():
+    """Only what a micro-kernel leaves (a parallel loop and a vector or unrolled one) is left out of the
+    row kernel: a nest one step vectorised is still the row kernel's to make parallel."""
+    from gpu_tasks.verify import verify_pair
+
+    assert set(_heavy_row_nests(ROWS_ONE_VECTORISED, AVX512)) == {0, 1}
+    done = ROWS_ONE_VECTORISED.nests[0]
+    parallel = Nest((Loop("P", 64, "tx"),) + done.loops[1:], done.body)
+    assert _heavy_row_nests(Program((parallel,) + ROWS_ONE_VECTORISED.nests[1:]), AVX512).keys() == {1}
+    macros = row_kernels(Context(ROWS_ONE_VECTORISED, ROWS_SIG), AVX512)
+    assert macros
+    first = macros[-1].after.nests[0]   # the plain kernel (no fusion): the first nest made parallel
+    assert first.loops[0].kind == "P" and first.loops[-1].kind == "V", format_program(macros[-1].after)
+    assert verify_pair(ROWS_ONE_VECTORISED, macros[-1].after, ROWS_SIG, "llvm", 2, 0).status in ("exact", "close")
