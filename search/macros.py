@@ -134,6 +134,7 @@ def contractions(program: Program) -> list[Contraction]:
             continue
         reads = [a for a in dict.fromkeys(accesses(stmt.rhs)) if a.tensor != stmt.lhs.tensor]
         best = None
+        names = [lp.var for lp in nest.loops]
         for lp in nest.loops:
             if lp.var not in spatial or lp.var == cols:
                 continue
@@ -145,11 +146,13 @@ def contractions(program: Program) -> list[Contraction]:
                 if lp.var in opaque or cols in opaque or st.get(lp.var, 0) != 0 or st.get(cols, 0) == 0:
                     continue
                 dim = next((d for d, ix in enumerate(acc.indices) if cols in _vars(ix)), None)
-                if dim is not None and (best is None or lp.extent > best[0].extent):
-                    best = (lp, acc, dim, abs(st[cols]))
+                adjacent = names.index(lp.var) + 1 == names.index(cols)
+                # the longest; of equal ones, the loop beside the columns (one tiling step, fewer moves)
+                if dim is not None and (best is None or (lp.extent, adjacent) > (best[0].extent, best[4])):
+                    best = (lp, acc, dim, abs(st[cols]), adjacent)
         if best is None:
             continue
-        lp, acc, dim, stride = best
+        lp, acc, dim, stride, _ = best
         out.append(Contraction(n, lp.var, cols, reductions, acc.tensor, dim, stride,
                                math.prod(x.extent for x in nest.loops)))
     return sorted(out, key=lambda c: (-c.work, c.nest))

@@ -626,3 +626,32 @@ def test_a_nest_vectorised_but_serial_still_gets_the_row_kernels_parallel_loop()
     first = macros[-1].after.nests[0]   # the plain kernel (no fusion): the first nest made parallel
     assert first.loops[0].kind == "P" and first.loops[-1].kind == "V", format_program(macros[-1].after)
     assert verify_pair(ROWS_ONE_VECTORISED, macros[-1].after, ROWS_SIG, "llvm", 2, 0).status in ("exact", "close")
+
+
+def test_a_strided_transposed_convolution_as_translated_gets_a_micro_kernel_over_its_channels():
+    """By phases, the multiply-accumulate writes a channels-last temporary that the re-laid kernel
+    walks at unit stride: a micro-kernel tiles it with no copy, its vectors along the output channels
+    (a 3D one's rows of 3 to 8 positions at KernelBench's sizes have no vector width of their own)."""
+    import torch
+    import torch.nn as nn
+
+    from gpu_tasks.verify import verify_pair
+    from leir.frontend import translate
+
+    torch.manual_seed(0)
+    t = translate(nn.ConvTranspose3d(8, 32, 3, stride=2, padding=1), [torch.randn(4, 8, 4, 4, 4)])
+    (con,) = contractions(t.program)
+    nest = t.program.nests[con.nest]
+    assert con.cols == nest.loops[7].var and nest.loops[7].extent == 32 and con.reused_stride == 1
+    # the batch (4) and the first positions (4) are equally long: the one beside the columns is the
+    # rows: its tile needs no moves past the positions (with them: 14-16 steps, the search's budget)
+    assert nest.loops[3].extent == nest.loops[6].extent == 4 and con.rows == nest.loops[6].var
+    macros = micro_kernels(Context(t.program, t.signature), AVX512)
+    assert macros
+    macro = macros[0]
+    assert len(macro.steps) <= 9 and macro.steps[0].site.loops == (con.rows,), [s.strategy for s in macro.steps]
+    assert_chained(macro, t.program)
+    assert not any(s.strategy == "layout_transformation" for s in macro.steps)
+    scheduled = macro.after.nests[con.nest]
+    assert any(lp.kind == "P" for lp in scheduled.loops), format_program(macro.after)
+    assert verify_pair(t.program, macro.after, t.signature, "llvm", 2, 0).status in ("exact", "close")
