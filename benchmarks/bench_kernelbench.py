@@ -198,6 +198,8 @@ def run_one(path: Path, args) -> dict:
         row["naive_verification"], row["translated"] = naive.status, bool(naive.passed)
         if not naive.passed and reference_degenerate(naive):
             phase = "degenerate problem"   # the problem's own output, not the translation: still not correct
+            from gpu_tasks.compare import DEGENERATE
+
             raise RuntimeError(f"PyTorch's {naive.error.removeprefix(DEGENERATE)}: no draw can tell a right "
                                "program from a wrong one")
         if not naive.passed:
@@ -232,12 +234,11 @@ def run_one(path: Path, args) -> dict:
     return ratios(row)
 
 
-DEGENERATE = "degenerate evidence: "   # gpu_tasks.compare's prefix; "the program's output" names our side
-
-
 def reference_degenerate(verification) -> bool:
     """The verification refused PyTorch's own output as evidence (all zero, non-finite or constant on
     every draw: 80_Gemm_Max_Subtract_GELU subtracts a one-element mean from itself), not the program's."""
+    from gpu_tasks.compare import DEGENERATE
+
     error = verification.error or ""
     return verification.status == "invalid" and error.startswith(DEGENERATE + "output ")
 

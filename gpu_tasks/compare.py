@@ -131,6 +131,9 @@ def _tolerance_violation(e, a, finite, max_abs, max_rel, rel_l2, tol: Tolerance,
 # share of them. A float32 conv2d -> min -> tanh -> tanh saturated in all but one of its 196 elements;
 # an `apart` rewrite then made that one constant too (release-shape survey).
 MIN_VARYING_SHARE = 0.01
+# The error of a verification refused for its evidence; then "output ..." when the reference's output is
+# degenerate, "the program's output ..." when the program's is
+DEGENERATE = "degenerate evidence: "
 MIN_ELEMENTS_FOR_SHARE = 100
 
 
@@ -210,5 +213,5 @@ def judge(expected: Sequence[Outputs], actual: Sequence[Outputs], output_codes: 
         for side, outs in (("", expected), ("the program's ", actual)):
             reason = degenerate_reason(name, [o[name] for o in outs])
             if reason:
-                return Verification("invalid", error=f"degenerate evidence: {side}{reason}", **metrics)
+                return Verification("invalid", error=f"{DEGENERATE}{side}{reason}", **metrics)
     return Verification("exact" if metrics["bitwise_equal"] else "close", **metrics)

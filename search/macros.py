@@ -83,16 +83,17 @@ class _Builder:
         return self.ctx.program
 
     def apply(self, strategy: str, params: dict, where: Callable[[Site], bool]) -> bool:
-        s, ctx = get(strategy), self.ctx
-        for site in s.sites(ctx):
-            if not where(site):
-                continue
-            t = s.apply(ctx, site, params)
-            if t is not None:
-                self.steps.append(t)
-                self.ctx = self.ctx.with_program(t.after)
-                return True
-        return False
+        s = get(strategy)
+        return any(self.apply_at(s, site, params) for site in s.sites(self.ctx) if where(site))
+
+    def apply_at(self, strategy, site: Site, params: dict) -> bool:
+        """One step of `strategy` at `site` of the current program (False where it is not legal)."""
+        t = strategy.apply(self.ctx, site, params)
+        if t is None:
+            return False
+        self.steps.append(t)
+        self.ctx = self.ctx.with_program(t.after)
+        return True
 
 
 def _at(nest: int, loops: tuple[str, ...] | None = None, path: tuple[int, ...] = ()) -> Callable[[Site], bool]:
@@ -506,11 +507,10 @@ def _drop_dead(b: _Builder) -> int:
     """Every intermediate nothing live reads removed in one step (`dead_code_elimination`), as a
     compiler removes dead code before it schedules: a translation of `torch.min(x, 1)[0]` computes the
     indices too, two passes over the input the program never reads. Returns the steps taken (0 or 1)."""
-    sites = list(get("dead_code_elimination").sites(b.ctx))
-    if not sites:
-        return 0
-    widest = max(len(s.tensors) for s in sites)
-    return int(b.apply("dead_code_elimination", {}, lambda s: len(s.tensors) == widest))
+    strategy = get("dead_code_elimination")
+    sites = list(strategy.sites(b.ctx))
+    most = max((len(s.tensors) for s in sites), default=0)
+    return int(any(b.apply_at(strategy, site, {}) for site in sites if len(site.tensors) == most))
 
 
 def _inline_chains(b: _Builder) -> int:
