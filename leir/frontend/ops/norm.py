@@ -9,7 +9,16 @@ from __future__ import annotations
 import torch
 
 from leir.dtypes import torch_name
-from leir.frontend.emit import ACCUMULATOR_CODE, HALF_CODES, Emitter, Ref, accumulate, accumulate_over, store
+from leir.frontend.emit import (
+    ACCUMULATOR_CODE,
+    HALF_CODES,
+    NORM_CASCADE_TERMS,
+    Emitter,
+    Ref,
+    accumulate,
+    accumulate_over,
+    store,
+)
 from leir.frontend.expr import sqrt
 from leir.frontend.registry import UnsupportedForm, op
 
@@ -20,7 +29,7 @@ def normalise(em: Emitter, out: Ref, x: Ref, stats_shape, stats_index, count: in
     apply `affine(v, normalised) -> expr` (None: the normalised value is the result)."""
     if centre:
         total = em.temp(stats_shape, x.code)
-        accumulate_over(em, total, x.shape, stats_index, lambda v: x.at(*v))
+        accumulate_over(em, total, x.shape, stats_index, lambda v: x.at(*v), cascade_terms=NORM_CASCADE_TERMS)
         mean = em.temp(stats_shape, x.code)
         em.nest(stats_shape, lambda *v: store(mean, v, total.at(*v) / count))
 
@@ -30,7 +39,7 @@ def normalise(em: Emitter, out: Ref, x: Ref, stats_shape, stats_index, count: in
         def centred(v):
             return x.at(*v)
     squares = em.temp(stats_shape, x.code)
-    accumulate_over(em, squares, x.shape, stats_index, lambda v: centred(v) ** 2)
+    accumulate_over(em, squares, x.shape, stats_index, lambda v: centred(v) ** 2, cascade_terms=NORM_CASCADE_TERMS)
     variance = em.temp(stats_shape, x.code)
     em.nest(stats_shape, lambda *v: store(variance, v, squares.at(*v) / count))
 
