@@ -4,10 +4,11 @@
 A transposed convolution of stride 1 (or any dilation) is the same over an input that the padding nest
 also spreads out by the stride, with the kernel flipped. One of stride s > 1 and no dilation is
 computed by phases instead (`_phase_conv_transpose`): output position `o = s*q + r` receives only the
-taps `t` with `t = (r+P) mod s` modulo s, so a spread input multiplies s-1 of every s taps per dimension
+taps `t` congruent to `r+P` modulo s, where a spread input multiplies s-1 of every s taps per dimension
 by zero (s^n - 1 of s^n in n dimensions: KernelBench's 3D ones at stride 2 did 8x PyTorch's work)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from leir.ast import Neg
@@ -176,24 +177,24 @@ class _Phases:
         """The padded input's subscript of phase `r`, tap `j` counted backwards (`j' = taps-1-j`, so
         that the subscript grows with it): `q + j' + c(r) + pad - (taps-1)`."""
         offset = self.pad[0] - (self.taps - 1)
-        return add_index(add_index(q, j), _of_phase(r, self.offsets, (X(r) + padding) // self.stride, offset))
+        return add_index(add_index(q, j), _of_phase(r, self.offsets, lambda: (X(r) + padding) // self.stride, offset))
 
     def kernel_tap(self, j, r, padding: int):
         """The kernel tap of phase `r`, tap `j` counted backwards: `t0(r) + s*(taps-1) - s*j'`."""
-        first = _of_phase(r, self.first_taps, (X(r) + padding) % self.stride, self.stride * (self.taps - 1))
+        first = _of_phase(r, self.first_taps, lambda: (X(r) + padding) % self.stride, self.stride * (self.taps - 1))
         return (X(first) - X(affine(j, self.stride))).node
 
 
-def _of_phase(r, values: tuple[int, ...], generic: X, offset: int = 0):
+def _of_phase(r, values: tuple[int, ...], generic: Callable[[], X], offset: int = 0):
     """`values[r] + offset` as an index expression (`r` None: the one phase of stride 1): linear in
     `r` where the values are (stride 2, or a padding that is a multiple of the stride), else
-    `generic + offset` (`//` or `%` of `r+P`)."""
+    `generic() + offset` (`//` or `%` of `r+P`)."""
     if r is None:
         return lit(values[0] + offset)
     step = values[1] - values[0]
     if all(v == values[0] + step * k for k, v in enumerate(values)):
         return _linear(r, step, values[0] + offset)
-    return _linear(generic, 1, offset)
+    return _linear(generic(), 1, offset)
 
 
 def _linear(var, scale: int, offset: int):
