@@ -54,8 +54,8 @@ def _subexprs_not_reading(expr, tensor: str) -> list:
         order.append(n)
         if not isinstance(n, Access):
             stack.extend(reversed(children(n)))
-    reads: dict[int, bool] = {}      # id(node) -> (it reads some tensor, it reads `tensor`)
-    has: dict[int, bool] = {}
+    has: dict[int, bool] = {}        # id(node) -> it reads some tensor
+    reads: dict[int, bool] = {}      # id(node) -> it reads `tensor`
     for n in reversed(order):        # children before their parent
         if isinstance(n, Access):
             found = [a.tensor for a in accesses(n)]
