@@ -142,6 +142,12 @@ class Context:
     def alpha(self) -> str:
         return alpha_hash(self.program, self.signature)
 
+    @cached_property
+    def memo(self) -> dict:
+        """Answers about this state that its steps ask again (strategies.cot's legality by nest),
+        keyed by the question; a later state (`with_program`) starts with none."""
+        return {}
+
     @property
     def gpu(self) -> bool:
         return self.target == "cuda"
@@ -251,11 +257,11 @@ class Transformation:
     facts: tuple[str, ...] = ()
     summary: str = ""
 
-    @property
+    @cached_property
     def before_text(self) -> str:
         return format_program(self.before)
 
-    @property
+    @cached_property
     def after_text(self) -> str:
         return format_program(self.after)
 

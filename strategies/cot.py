@@ -169,18 +169,33 @@ def enabled_next(t: Transformation, ctx: Context) -> list[str]:
     from strategies.registry import get
 
     b_range, a_range = changed_nests(t.before, t.after)
+    after_ctx = None
     out = []
     for name in get(t.strategy).enables:
         strategy = get(name)  # one not offered on the context's target has no legal site there
-        after_ctx = ctx.with_program(t.after)
-        if _legal_at(strategy, after_ctx, a_range) and not _legal_at(strategy, ctx, b_range):
+        if _legal_at(strategy, ctx, b_range):
+            continue
+        after_ctx = after_ctx or ctx.with_program(t.after)
+        if _legal_at(strategy, after_ctx, a_range):
             out.append(name)
     return out
 
 
 def _legal_at(strategy, ctx: Context, nests: range) -> bool:
-    return any(strategy.apply(ctx, site, p) is not None
-               for site in strategy.sites(ctx) if site.nest in nests for p in strategy.parameters(ctx, site))
+    return any(_legal_at_nest(strategy, ctx, nest) for nest in nests)
+
+
+def _legal_at_nest(strategy, ctx: Context, nest: int) -> bool:
+    """Whether `strategy` has a legal step at `nest` of `ctx`'s program. Every step of one state asks
+    this of the same state (its before), so the answers are kept in the context's `memo`."""
+    key = ("legal at nest", strategy.name, nest)
+    if key not in ctx.memo:
+        sites = ctx.memo.get(("sites", strategy.name))
+        if sites is None:
+            sites = ctx.memo[("sites", strategy.name)] = tuple(strategy.sites(ctx))
+        ctx.memo[key] = any(strategy.apply(ctx, site, p) is not None
+                            for site in sites if site.nest == nest for p in strategy.parameters(ctx, site))
+    return ctx.memo[key]
 
 
 # --- rendering -------------------------------------------------------------------------------------

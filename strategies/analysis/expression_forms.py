@@ -29,19 +29,30 @@ SYMPY_ERRORS = (sympy.PolynomialError, sympy.SympifyError, NotImplementedError, 
 
 def shown_in_rewrites(a: Program, b: Program, shows: Callable[[sympy.Expr, sympy.Expr], bool]) -> bool:
     """Whether one rewritten statement's (original, answer) sympy forms have the property `shows`."""
-    for e0, e1 in rewritten_expressions(a, b):
-        try:
-            if e0 != e1 and shows(e0, e1):
-                return True
-        except SYMPY_ERRORS:
-            continue
-    return False
+    return any(shown_in_statement(s, t, shows) for s, t in changed_statements(a, b))
+
+
+def shown_in_statement(s: Stmt, t: Stmt, shows: Callable[[sympy.Expr, sympy.Expr], bool]) -> bool:
+    """Whether statement `s` rewritten as `t` (the same left-hand side) has the property `shows`."""
+    pair = statement_forms(s, t) if s.lhs == t.lhs and s.rhs != t.rhs else None
+    if pair is None:
+        return False
+    try:
+        return pair[0] != pair[1] and shows(*pair)
+    except SYMPY_ERRORS:
+        return False
 
 
 def rewritten_expressions(a: Program, b: Program) -> list[tuple[sympy.Expr, sympy.Expr]]:
     """(original, answer) sympy forms of every statement whose right-hand side changed, when the two
     programs are otherwise alike (same statements in the same places, loops and left-hand sides).
     Accumulations must keep their operator; the accumulated part is compared."""
+    return [pair for s, t in changed_statements(a, b) if (pair := statement_forms(s, t)) is not None]
+
+
+def changed_statements(a: Program, b: Program) -> list[tuple[Stmt, Stmt]]:
+    """The (original, answer) statements whose right-hand side changed, when the two programs are
+    otherwise alike (same statements in the same places, loops and left-hand sides); else none."""
     sa, sb = statement_sites(a), statement_sites(b)
     if len(sa) != len(sb):
         return []
@@ -51,22 +62,24 @@ def rewritten_expressions(a: Program, b: Program) -> list[tuple[sympy.Expr, symp
             return []
         if x.stmt.rhs != y.stmt.rhs:
             changed.append((x.stmt, y.stmt))
-    out = []
-    for s, t in changed:
-        ts, tt = algebra_target(s), algebra_target(t)
-        if ts is None or tt is None or ts.op != tt.op:
-            continue
-        if count_ops(ts.expr) > MAX_OPS or count_ops(tt.expr) > MAX_OPS:
-            continue
-        bridge = Bridge()  # one symbol table: the same access is the same symbol on both sides
-        try:
-            with distribute(False):
-                e0, e1 = bridge.to_sympy(ts.expr), bridge.to_sympy(tt.expr)
-        except Untranslatable:
-            continue
-        if len(e0.free_symbols | e1.free_symbols) <= MAX_SYMBOLS:
-            out.append((e0, e1))
-    return out
+    return changed
+
+
+def statement_forms(s: Stmt, t: Stmt) -> tuple[sympy.Expr, sympy.Expr] | None:
+    """The sympy forms of what `s` and `t` compute (the accumulated part of an accumulation, whose
+    operator must be kept) in one symbol table, or None when they are not comparable or too large."""
+    ts, tt = algebra_target(s), algebra_target(t)
+    if ts is None or tt is None or ts.op != tt.op:
+        return None
+    if count_ops(ts.expr) > MAX_OPS or count_ops(tt.expr) > MAX_OPS:
+        return None
+    bridge = Bridge()  # one symbol table: the same access is the same symbol on both sides
+    try:
+        with distribute(False):
+            e0, e1 = bridge.to_sympy(ts.expr), bridge.to_sympy(tt.expr)
+    except Untranslatable:
+        return None
+    return (e0, e1) if len(e0.free_symbols | e1.free_symbols) <= MAX_SYMBOLS else None
 
 
 def accumulated_element(stmt: Stmt) -> sympy.Expr | None:

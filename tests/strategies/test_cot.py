@@ -387,3 +387,33 @@ def test_a_saving_is_promised_only_where_the_operation_count_drops():
                                         "3 operations to 5")
     saves = next(get("cancellation").transformations(ctx(prog("(A*A-C*C)/(A+C)"), ALG)))
     assert saves.summary.startswith("Cancelling common factors of numerator and denominator removes work")
+
+
+def test_what_a_step_enables_is_asked_of_its_state_once_and_answered_as_on_a_fresh_state():
+    """`enabled_next` keeps the legality of its before-state's nests in the state's context (every
+    step of a state asks it again): each step's answer, on one shared context, is the answer of the
+    definition asked on fresh contexts."""
+    from strategies.analysis.tree import changed_nests
+    from strategies.cot import enabled_next
+
+    def legal(strategy, c, nests):
+        return any(strategy.apply(c, site, p) is not None
+                   for site in strategy.sites(c) if site.nest in nests for p in strategy.parameters(c, site))
+
+    def defined(t, c):
+        b_range, a_range = changed_nests(t.before, t.after)
+        return [n for n in get(t.strategy).enables
+                if legal(get(n), c.with_program(t.after), a_range) and not legal(get(n), c.with_program(t.before), b_range)]
+
+    asked, enabling = 0, 0
+    for program, signature in ((MM, M_SIG), (SOFT, S2), (TWO, S2), (PROJ, MMP)):
+        found, _ = state(program, signature)
+        shared = found[0][1]
+        for t, at in found:
+            assert at is shared
+            got = enabled_next(t, shared)
+            assert got == defined(t, shared), t.strategy
+            asked += 1
+            enabling += bool(got)
+        assert any(key[0] == "legal at nest" for key in shared.memo)
+    assert asked >= 40 and enabling >= 5, (asked, enabling)

@@ -93,3 +93,34 @@ def test_a_step_of_another_strategy_is_not_recognised():
     t = next(get("loop_split").transformations(ctx))
     assert not get("loop_tiling").recognizes(ctx.program, t.after, signature)
     assert get("loop_split").recognizes(ctx.program, t.after, signature)
+
+
+def test_the_sympy_gate_judges_the_rewritten_statement_as_recognition_judges_the_programs(catalogue_states):
+    """The algebraic rules' gate asks `recognizes` of the one statement `build` rewrote (cached per
+    statement pair): on every candidate the rules build, built but not yet gated, its answer is the
+    whole programs' answer, refusals included."""
+    from strategies.analysis.algebra import translate
+    from strategies.base import Illegal
+    from strategies.rules.mathematical.symbolic import SympyStrategy, _key, _rewritten, _shown
+
+    sympy_rules = [s for s in registered() if isinstance(s, SympyStrategy)]
+    judged, refused = 0, 0
+    contexts = [c for _, c in _case_contexts()] + [s for _, c, inline in catalogue_states for s in [c, *inline]]
+    for ctx in contexts:
+        for rule in sympy_rules:
+            for site in rule.sites(ctx):
+                for raw in rule.parameters(ctx, site):
+                    params = rule.params_type.from_json(raw)
+                    try:
+                        if rule.check(ctx, site, params):
+                            continue
+                        rewrite = rule.build(ctx, site, params)
+                    except Illegal:
+                        continue
+                    st = ctx.sites[site.stmts[0]]
+                    after = translate(st.stmt).target.rebuild(_rewritten(rule.name, st.stmt, _key(params))[1])
+                    whole = rule.recognizes(ctx.program, rewrite.program, ctx.signature)
+                    assert _shown(rule, st.stmt, after) == whole, (rule.name, format_program(rewrite.program))
+                    judged += 1
+                    refused += not whole
+    assert judged >= 50 and refused >= 10, (judged, refused)

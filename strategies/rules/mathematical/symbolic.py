@@ -108,7 +108,9 @@ class SympyStrategy(Strategy):
     def gate(self, ctx, site, params, rewrite):
         if problem := finish_problem(ctx, rewrite.program):
             return problem
-        if not self.recognizes(ctx.program, rewrite.program, ctx.signature):
+        st = ctx.sites[site.stmts[0]]
+        new_stmt = translate(st.stmt).target.rebuild(_rewritten(self.name, st.stmt, _key(params))[1])
+        if not _shown(self, st.stmt, new_stmt):  # `recognizes` on the one statement `build` rewrote
             return (f"sympy's {self.name} only respelled the expression here (the order of its operands, "
                     f"a constant's form, or another rewrite), which is no {self.name}")
         return None
@@ -137,6 +139,13 @@ class SympyStrategy(Strategy):
         why = self.why if after < before or not self.saves else "Here the rewritten form is not cheaper."
         return (f"{why} The expression of {st.stmt.lhs.tensor} goes from {plural(before, 'operation')} to "
                 f"{after} per evaluation; it is evaluated {n} times, so this {change}.")
+
+
+@lru_cache(maxsize=4096)
+def _shown(strategy: SympyStrategy, before, after) -> bool:
+    """`strategy.recognizes` on programs alike but for statement `before` rewritten as `after`: a
+    statement and its rewrite come back at every state that holds them."""
+    return forms.shown_in_statement(before, after, strategy.shows)
 
 
 def _key(params: Params) -> tuple:
