@@ -81,3 +81,14 @@ def test_fresh_names_continue_past_the_largest_in_use():
     assert [names.fresh() for _ in range(3)] == ["R", "S", "W"]
     assert IndexNames(["tx", "a", "c"]).fresh() == "d"
     assert bind_name("tx", ["tx", "txa"]) == "txc"
+
+
+def test_a_program_equal_as_a_tree_but_not_as_text_gets_its_own_canonical_text():
+    """canonical_text keeps the texts of the programs it saw last: the very objects, since trees that
+    differ only in a literal's type (1 against 1.0) are equal as trees and differ as text."""
+    as_int = parse_program("L^{4}_{a=0}[Y^{f32,g}_{a}=X^{f32,g}_{a}*2;];")
+    as_float = parse_program("L^{4}_{a=0}[Y^{f32,g}_{a}=X^{f32,g}_{a}*2.0;];")
+    assert as_int == as_float  # the trees' equality does not tell the literals apart
+    first, second = canonical_text(as_int), canonical_text(as_float)
+    assert "*2;" in first and "*2.0;" in second
+    assert canonical_text(as_int) == first and canonical_text(parse_program(format_program(as_float))) == second

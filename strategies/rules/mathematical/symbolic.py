@@ -17,7 +17,7 @@ from functools import lru_cache
 import sympy
 
 from leir.ast import Access, Call, Neg, walk_expr
-from leir.printer import format_expr
+from leir.printer import format_expr, format_stmt
 from strategies.analysis import expression_forms as forms
 from strategies.analysis.algebra import Translated, atomize, identity_problem, translate, unguarded_exp
 from strategies.analysis.gates import finish_problem
@@ -110,7 +110,7 @@ class SympyStrategy(Strategy):
             return problem
         st = ctx.sites[site.stmts[0]]
         new_stmt = translate(st.stmt).target.rebuild(_rewritten(self.name, st.stmt, _key(params))[1])
-        if not _shown(self, st.stmt, new_stmt):  # `recognizes` on the one statement `build` rewrote
+        if not _shown(self, st.stmt, new_stmt):  # `recognizes`, on the one statement `build` rewrote
             return (f"sympy's {self.name} only respelled the expression here (the order of its operands, "
                     f"a constant's form, or another rewrite), which is no {self.name}")
         return None
@@ -141,11 +141,21 @@ class SympyStrategy(Strategy):
                 f"{after} per evaluation; it is evaluated {n} times, so this {change}.")
 
 
-@lru_cache(maxsize=4096)
 def _shown(strategy: SympyStrategy, before, after) -> bool:
-    """`strategy.recognizes` on programs alike but for statement `before` rewritten as `after`: a
-    statement and its rewrite come back at every state that holds them."""
-    return forms.shown_in_statement(before, after, strategy.shows)
+    """`strategy.recognizes` on programs alike but for statement `before` rewritten as `after`. Kept
+    by the statements' texts (trees that differ only in a literal's type, 1 against 1.0, are equal as
+    trees): a statement and its rewrite come back at every state that holds them."""
+    key = (strategy.name, format_stmt(before), format_stmt(after))
+    shown = _SHOWN.get(key)
+    if shown is None:
+        shown = _SHOWN[key] = forms.shown_in_statement(before, after, strategy.shows)
+        if len(_SHOWN) > _SHOWN_KEPT:
+            del _SHOWN[next(iter(_SHOWN))]  # the oldest
+    return shown
+
+
+_SHOWN: dict[tuple[str, str, str], bool] = {}
+_SHOWN_KEPT = 4096
 
 
 def _key(params: Params) -> tuple:
