@@ -7,6 +7,7 @@ keep their axis (`tx`, `by`, ...), only their suffixes are renumbered.
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections import OrderedDict
 
 from leir.analysis import statement_sites, tensor_order
@@ -109,19 +110,22 @@ def canonical_text(program: Program, signature: Signature | None = None) -> str:
     objects: trees that differ only in a literal's type, 1 against 1.0, are equal as trees but not as
     text): a step's result is hashed where it is made, named where its row is written and hashed again
     as the next state."""
-    hit = _TEXTS.get(id(program))
-    if hit is not None and hit[0] is program and hit[1] == signature:
-        _TEXTS.move_to_end(id(program))
-        return hit[2]
+    with _TEXTS_LOCK:
+        hit = _TEXTS.get(id(program))
+        if hit is not None and hit[0] is program and hit[1] == signature:
+            _TEXTS.move_to_end(id(program))
+            return hit[2]
     text = format_program(canonical_names(program, signature))
-    _TEXTS[id(program)] = (program, signature, text)  # holding the program keeps its id its own
-    if len(_TEXTS) > _TEXTS_KEPT:
-        _TEXTS.popitem(last=False)
+    with _TEXTS_LOCK:
+        _TEXTS[id(program)] = (program, signature, text)  # holding the program keeps its id its own
+        if len(_TEXTS) > _TEXTS_KEPT:
+            _TEXTS.popitem(last=False)
     return text
 
 
 _TEXTS: OrderedDict[int, tuple[Program, Signature | None, str]] = OrderedDict()
 _TEXTS_KEPT = 512
+_TEXTS_LOCK = threading.Lock()
 
 
 def alpha_hash(program: Program, signature: Signature | None = None) -> str:

@@ -12,6 +12,7 @@ operations change, so results agree within rounding.
 """
 from __future__ import annotations
 
+import threading
 from functools import lru_cache
 
 import sympy
@@ -148,14 +149,17 @@ def _shown(strategy: SympyStrategy, before, after) -> bool:
     key = (strategy.name, format_stmt(before), format_stmt(after))
     shown = _SHOWN.get(key)
     if shown is None:
-        shown = _SHOWN[key] = forms.shown_in_statement(before, after, strategy.shows)
-        if len(_SHOWN) > _SHOWN_KEPT:
-            del _SHOWN[next(iter(_SHOWN))]  # the oldest
+        shown = forms.shown_in_statement(before, after, strategy.shows)
+        with _SHOWN_LOCK:
+            _SHOWN[key] = shown
+            if len(_SHOWN) > _SHOWN_KEPT:
+                del _SHOWN[next(iter(_SHOWN))]  # the oldest
     return shown
 
 
 _SHOWN: dict[tuple[str, str, str], bool] = {}
 _SHOWN_KEPT = 4096
+_SHOWN_LOCK = threading.Lock()
 
 
 def _key(params: Params) -> tuple:
