@@ -79,7 +79,8 @@ def protocol_of(cfg: dict) -> str:
     from gpu_tasks.timing_session import TIGHT
 
     return json.dumps({**{k: cfg[k] for k in PROTOCOL_KEYS}, "noise_margin": NOISE_MARGIN, "level": LEVEL,
-                       "tight": TIGHT, "statistic": "paired median of round ratios"}, sort_keys=True)
+                       "tight": TIGHT, "statistic": "paired median of round ratios",
+                       "sample": "fixed batch after a calibrating sample"}, sort_keys=True)
 
 
 def state_groups(programs: list[dict], steps: list[dict], released: list[dict], target: str | None = None,

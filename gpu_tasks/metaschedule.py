@@ -163,6 +163,7 @@ def time_against_tuned(program, signature, tuned, *, best=None, seed: int = 0, r
     from gpu_tasks.runner import make_arguments, run_built
     from gpu_tasks.threads import logical_cpus, tvm_threads_here
     from gpu_tasks.timing import measure_interleaved, summarize_samples
+    from gpu_tasks.timing_session import Sampler
     from gpu_tasks.tolerances import tolerance_table
 
     program, signature = _program(program), _signature(signature)
@@ -183,8 +184,7 @@ def time_against_tuned(program, signature, tuned, *, best=None, seed: int = 0, r
     built.append(tuned_built)
     inputs = draw_inputs(signature, plan_inputs(signature, [program]), 0, seed)
     device = tvm.cpu(0)
-    evaluators = [b.executable.mod.time_evaluator("main", device, number=1, repeat=1,
-                                                  min_repeat_ms=int(min_repeat_ms)) for b in built]
+    evaluators = [Sampler(b.executable.mod, "main", device, int(min_repeat_ms)) for b in built]
     args = [make_arguments(signature, inputs, device) for _ in built]
     with timing_lock(lock_path):
         samples = measure_interleaved(evaluators, args, repeats)

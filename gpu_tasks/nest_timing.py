@@ -30,6 +30,7 @@ from gpu_tasks.runner import device_for, make_arguments
 from gpu_tasks.threads import logical_cpus
 from gpu_tasks.timing_session import (
     GroupTiming,
+    Sampler,
     StateTime,
     measure_rounds,
     session_fingerprint,
@@ -128,6 +129,5 @@ def _state_arrays(chain: Chain, known: dict, device) -> dict:
 
 
 def _bound_run(function: UnitFunction, request, device, name: str, args: list):
-    evaluate = function.executable.mod.time_evaluator(name, device, number=1, repeat=1,
-                                                       min_repeat_ms=int(request.min_repeat_ms))
+    evaluate = Sampler(function.executable.mod, name, device, int(request.min_repeat_ms))
     return lambda *_: evaluate(*args)

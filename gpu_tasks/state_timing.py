@@ -12,7 +12,8 @@ Repeats follow the comparisons the caller names (`pairs`: a step's before and af
 `min_rounds` rounds, a state goes on while a comparison it is part of has an interval that is still
 unresolved (`gpu_tasks.effect`), a state in no comparison while its relative interquartile range is
 above `target_spread`; at most `max_rounds` (or until the group has used `max_measure_s`). Each
-sample is TVM's `time_evaluator` mean over at least `min_repeat_ms` of back-to-back runs.
+sample is TVM's `time_evaluator` mean over a batch of back-to-back runs calibrated to last
+`min_repeat_ms` (`gpu_tasks.timing_session.Sampler`).
 
 Nest by nest (`unit="nest"`), the states are timed as the sums of their nests first; then the states
 of every comparison that changes the number of top-level nests or has a side under
@@ -39,6 +40,7 @@ from gpu_tasks.runner import device_for, make_arguments
 from gpu_tasks.threads import logical_cpus
 from gpu_tasks.timing_session import (  # noqa: F401 (re-exported: the timing API lives here)
     GroupTiming,
+    Sampler,
     StateTime,
     measure_rounds,
     relative_iqr,
@@ -152,8 +154,7 @@ def _time_whole_states(loaded: dict, signature, request: StateGroupRequest, outc
         try:
             device = device_for(request.target)
             args = make_arguments(signature, inputs, device)  # inputs are never written: one set for all
-            evaluators = [built[i].executable.mod.time_evaluator("main", device, number=1, repeat=1,
-                                                                  min_repeat_ms=int(request.min_repeat_ms))
+            evaluators = [Sampler(built[i].executable.mod, "main", device, int(request.min_repeat_ms))
                           for i in ready]
             position = {i: k for k, i in enumerate(ready)}
             live = [(position[b], position[a]) for b, a in pairs if b in position and a in position]

@@ -3,10 +3,10 @@
 Both programs are built as deployed (full LLVM optimisation, TVM's argument checks kept; a cache
 apart from verification's) and first (outside the lock: a build running beside a measurement perturbs it
 on a small machine), then, holding the machine's timing lock, measured with TVM's `time_evaluator`
-(each sample runs the kernel for at least `min_repeat_ms`) in interleaved rounds, before-after then
-after-before, so that a drift of the machine hits both sides alike. Reported: the median of the
-samples per side, the speedup before/after, and the spread (interquartile range over median, the
-larger of the two sides). Speedups above `flag_speedup` are flagged for review.
+(each sample a batch of runs calibrated to last `min_repeat_ms`, `timing_session.Sampler`) in
+interleaved rounds, before-after then after-before, so that a drift of the machine hits both sides
+alike. Reported: the median of the samples per side, the speedup before/after, and the spread
+(interquartile range over median, the larger of the two sides). Speedups above `flag_speedup` are flagged for review.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from gpu_tasks.machine_lock import timing_lock
 from gpu_tasks.pool import Job, JobFailure, WorkerPool
 from gpu_tasks.runner import device_for, make_arguments
 from gpu_tasks.threads import logical_cpus
+from gpu_tasks.timing_session import Sampler
 from gpu_tasks.verification import describe_error
 from gpu_tasks.verify import ProgramLike, SignatureLike, program_text, signature_text
 
@@ -112,8 +113,7 @@ def time_pair_job(request: TimingRequest) -> Timing:
     inputs = draw_inputs(signature, plan_from_facts(signature, [before.facts, after.facts]), 0, request.seed)
     try:
         device = device_for(request.target)
-        evaluators = [b.executable.mod.time_evaluator("main", device, number=1, repeat=1,
-                                                      min_repeat_ms=int(request.min_repeat_ms)) for b in built]
+        evaluators = [Sampler(b.executable.mod, "main", device, int(request.min_repeat_ms)) for b in built]
         args = [make_arguments(signature, inputs, device) for _ in built]
         with timing_lock(request.lock_path):
             samples = measure_interleaved(evaluators, args, request.repeats)
@@ -125,7 +125,7 @@ def time_pair_job(request: TimingRequest) -> Timing:
 def measure_interleaved(evaluators: list, args: list[list], repeats: int) -> list[list[float]]:
     """Seconds per run, `repeats` samples per evaluator; rounds alternate their order (ABBA)."""
     for evaluate, a in zip(evaluators, args, strict=True):
-        evaluate(*a)  # warm-up: caches, page faults, thread pool start
+        evaluate(*a)  # warm-up: caches, page faults, thread pool start; a Sampler's calibration
     samples: list[list[float]] = [[] for _ in evaluators]
     for round_ in range(repeats):
         order = range(len(evaluators)) if round_ % 2 == 0 else reversed(range(len(evaluators)))

@@ -11,6 +11,7 @@ stops at `max_rounds`, or when the group has used `max_measure_s`.
 """
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -71,6 +72,41 @@ def session_fingerprint(target: str = "llvm", arch: str = "sm_90") -> dict:
     return machine_fingerprint(str(make_target(target, arch)))
 
 
+class Sampler:
+    """One function's samples: each call TVM's `time_evaluator` mean over a batch of back-to-back runs
+    (after the evaluator's own discarded warm-up run, which brings the function's data back into the
+    caches after the other functions of a round).
+
+    The first call calibrates: an evaluator that grows its batch until it lasts `min_repeat_ms`.
+    Every later call runs a fixed batch of `runs` = ceil(min_repeat_ms / that mean): each sample then
+    lasts about `min_repeat_ms` (at least that, up to the machine's drift), and every sample of a
+    session averages the same number of runs. Left to itself, TVM's evaluator keeps its batch
+    between calls and multiplies it by 1.618 whenever a batch falls under `min_repeat_ms`, so after a
+    dip in the machine's speed a microsecond kernel's samples lasted 1.6 times the sample length (3.3
+    ms per 2 ms sample, measured on the release states), the time of the rounds and nothing gained."""
+
+    def __init__(self, module, name: str, device, min_repeat_ms: int):
+        self._module, self._name, self._device = module, name, device
+        self.min_repeat_ms = int(min_repeat_ms)
+        self.runs: int | None = None  # the batch, once calibrated
+        self._evaluate = module.time_evaluator(name, device, number=1, repeat=1, min_repeat_ms=self.min_repeat_ms)
+
+    def __call__(self, *args):
+        result = self._evaluate(*args)
+        if self.runs is None:
+            self.runs = runs_per_sample(float(result.mean), self.min_repeat_ms)
+            self._evaluate = self._module.time_evaluator(self._name, self._device, number=self.runs, repeat=1,
+                                                         min_repeat_ms=0)
+        return result
+
+
+def runs_per_sample(mean_s: float, min_repeat_ms: float) -> int:
+    """The batch whose runs of `mean_s` seconds last `min_repeat_ms` (at least one run)."""
+    if mean_s <= 0:
+        return 1
+    return max(1, math.ceil(min_repeat_ms * 1e-3 / mean_s - 1e-9))
+
+
 LiveFn = Callable[[list[list[float]], list[int]], list[int]]
 
 
@@ -81,7 +117,7 @@ def measure_rounds(evaluators: Sequence, args: list, request, live: LiveFn | Non
     interquartile range is above `target_spread`), up to `max_rounds` or until `max_measure_s` have
     passed."""
     for evaluate in evaluators:
-        evaluate(*args)  # warm-up: caches, page faults, the thread pool's start
+        evaluate(*args)  # warm-up: caches, page faults, the thread pool's start; a Sampler's calibration
     samples: list[list[float]] = [[] for _ in evaluators]
     alive = list(range(len(evaluators)))
     start, rounds = time.perf_counter(), 0

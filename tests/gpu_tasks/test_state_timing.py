@@ -10,7 +10,7 @@ import pytest
 
 from gpu_tasks.effect import classify, speedup_interval, step_effect
 from gpu_tasks.state_timing import StateGroupRequest, measure_rounds, relative_iqr, time_states_job
-from gpu_tasks.timing_session import undecided_states
+from gpu_tasks.timing_session import Sampler, runs_per_sample, undecided_states
 
 SIG = json.dumps({"tensors": [{"name": "A", "shape": [64, 64], "dtype": "float32", "role": "input"},
                               {"name": "C", "shape": [64, 64], "dtype": "float32", "role": "input"},
@@ -168,3 +168,59 @@ def test_a_small_state_or_a_sampled_one_is_timed_whole_as_well_in_a_nest_session
     result = time_states_job(StateGroupRequest(states, SOFTMAX_SIG, min_rounds=5, max_rounds=5, min_repeat_ms=1,
                                                unit="nest", whole=(1,)))
     assert result.whole[0] is None and result.whole[1].ok   # the agreement sample
+
+
+class RecordingModule:
+    """A module whose evaluators are recorded with their batch settings; each returns scripted means."""
+
+    def __init__(self, means):
+        self.means, self.made, self.calls = list(means), [], []
+
+    def time_evaluator(self, name, device, number, repeat, min_repeat_ms):
+        self.made.append({"number": number, "repeat": repeat, "min_repeat_ms": min_repeat_ms})
+        settings = len(self.made) - 1
+
+        def evaluate(*args):
+            self.calls.append(settings)
+            return FakeResult(self.means.pop(0))
+        return evaluate
+
+
+def test_a_sampler_calibrates_its_batch_once_and_keeps_it_whatever_the_later_samples():
+    # the calibrating call (TVM grows its batch to min_repeat_ms) measures 30 µs per run: batches of
+    # ceil(2 ms / 30 µs) = 67 runs from then on, never regrown, however fast a later sample comes out
+    module = RecordingModule([30e-6, 31e-6, 10e-6, 29e-6])
+    sampler = Sampler(module, "main", None, 2)
+    assert sampler.runs is None
+    means = [sampler().mean for _ in range(4)]
+    assert means == [30e-6, 31e-6, 10e-6, 29e-6]
+    assert sampler.runs == 67
+    assert module.made == [{"number": 1, "repeat": 1, "min_repeat_ms": 2},
+                           {"number": 67, "repeat": 1, "min_repeat_ms": 0}]
+    assert module.calls == [0, 1, 1, 1]
+
+
+@pytest.mark.parametrize("mean_s, min_repeat_ms, runs", [
+    (30e-6, 2, 67), (1e-3, 2, 2), (0.8e-3, 2, 3), (2e-3, 2, 1), (5e-3, 2, 1), (0.0, 2, 1), (1e-6, 10, 10_000),
+])
+def test_a_sample_is_the_fewest_runs_that_last_the_sample_length(mean_s, min_repeat_ms, runs):
+    assert runs_per_sample(mean_s, min_repeat_ms) == runs
+
+
+def test_a_sampler_on_a_compiled_function_times_it_in_batches_of_about_the_sample_length():
+    from gpu_tasks.cache import TIMING_CACHE
+    from gpu_tasks.inputs import draw_inputs, plan_inputs
+    from gpu_tasks.jobs import load_signature
+    from gpu_tasks.runner import device_for, make_arguments
+    from leir.parse import parse_program
+
+    signature, program = load_signature(SIG), parse_program(PARALLEL)
+    built = TIMING_CACHE.build(program, signature, "llvm")
+    device = device_for("llvm")
+    args = make_arguments(signature, draw_inputs(signature, plan_inputs(signature, [program]), 0, 0), device)
+    sampler = Sampler(built.executable.mod, "main", device, 2)
+    first = sampler(*args).mean
+    samples = [sampler(*args).mean for _ in range(3)]
+    assert sampler.runs == runs_per_sample(first, 2) and sampler.runs >= 1
+    # the same function in the same process: its later samples are within a factor of the first
+    assert all(first / 4 < s < first * 4 for s in samples)
