@@ -13,9 +13,10 @@ comparison's bootstrap interval is decided (`gpu_tasks.effect`).
 
 A state is timed as the sum of its top-level nests (`measure.unit: nest`, each distinct nest of the
 program compiled and timed once, `gpu_tasks.nest_timing`), and timed whole as well where a
-comparison changes the number of nests or has a side under `measure.whole_below_us` per call, and
-for a seeded sample of `measure.agreement_states` states (the nest/whole agreement the card
-reports). Rows are per (state, target, machine, unit), with the session and the protocol.
+comparison has a side under `measure.whole_below_us` per call or changes the number of nests with a
+side under `measure.whole_changed_below_us`, and for a seeded sample of `measure.agreement_states`
+states (the nest/whole agreement the card reports). Rows are per (state, target, machine, unit), with
+the session and the protocol.
 
 Timings are measurements, not deterministic data: they live in `timings` and `effects`, beside the
 deterministic tables and never read by the stages that write those. A program whose states this
@@ -32,6 +33,7 @@ workers is a machine, and each program is timed on one of them (`measure_on_clus
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections import Counter
@@ -47,13 +49,15 @@ from flows.keys import rank, stable_id
 from flows.lake_queries import released_step_rows
 from flows.storage import read_table, write_shard
 from flows.tasks import StageProgress, say
-from gpu_tasks.effect import step_effect  # pure arithmetic: no TVM
+from gpu_tasks.effect import compared_whole, step_effect  # pure arithmetic: no TVM
 from gpu_tasks.fingerprint import MACHINE_NAME_ENV, with_name  # TVM only inside machine_fingerprint
 
 DEFAULTS = {"min_rounds": 5, "max_rounds": 15, "target_spread": 0.03, "min_repeat_ms": 4, "max_measure_s": 120.0,
-            "timeout_s": 900.0, "unit": "nest", "whole_below_us": 5.0, "agreement_states": 200}
+            "timeout_s": 900.0, "unit": "nest", "whole_below_us": 5.0, "whole_changed_below_us": 500.0,
+            "agreement_states": 200}
 # The entries of the configuration that decide how a state is timed: rows timed otherwise are timed again.
-PROTOCOL_KEYS = ("min_rounds", "max_rounds", "target_spread", "min_repeat_ms", "unit", "whole_below_us")
+PROTOCOL_KEYS = ("min_rounds", "max_rounds", "target_spread", "min_repeat_ms", "unit", "whole_below_us",
+                 "whole_changed_below_us")
 
 
 @dataclass
@@ -157,7 +161,8 @@ def group_job(group: StateGroup, cfg: dict, target: str):
                                 llvm_opt_level=_opt_level(cfg), unit=str(cfg["unit"]),
                                 pairs=tuple((position[b], position[a]) for b, a in group.pairs),
                                 whole=tuple(sorted(position[s] for s in group.whole)),
-                                whole_below_us=float(cfg["whole_below_us"]))
+                                whole_below_us=float(cfg["whole_below_us"]),
+                                whole_changed_below_us=float(cfg["whole_changed_below_us"]))
     return Job(time_states_job, (request,), timeout_s=float(cfg["timeout_s"]))
 
 
@@ -486,11 +491,11 @@ def measuring_machine(timings: list[dict], wanted: set[str], target: str) -> str
 
 # --- comparisons of two timed states: the unit, the pairing, the interval ---------------
 # A comparison of a before-state and an after-state (`TimingIndex.compare`) picks the timing unit the
-# protocol asks for: the states' whole-state times (`unit = 'state'`) where the comparison changes the
-# number of top-level nests or either side runs under the protocol's `whole_below_us` per call, their
-# nest sums (`unit = 'nest'`) otherwise. Both sides from one session are compared round by round
-# (`paired`); from two sessions, each on its own. The class comes from the interval
-# (`gpu_tasks.effect`): `faster`, `neutral`, `slower` or `unresolved`.
+# protocol asks for: the states' whole-state times (`unit = 'state'`) where either side runs under the
+# protocol's `whole_below_us` per call, or the comparison changes the number of top-level nests and a
+# side runs under its `whole_changed_below_us`; their nest sums (`unit = 'nest'`) otherwise. Both sides
+# from one session are compared round by round (`paired`); from two sessions, each on its own. The
+# class comes from the interval (`gpu_tasks.effect`): `faster`, `neutral`, `slower` or `unresolved`.
 
 TIMING_UNITS = ("nest", "state")
 DEFAULT_WHOLE_BELOW_US = 5.0
@@ -549,8 +554,10 @@ class TimingIndex:
         nb, na = self.get(before, "nest"), self.get(after, "nest")
         if nb is None or na is None:  # a lake timed whole (`measure.unit: state`)
             return "state" if self.get(before, "state") and self.get(after, "state") else None
-        below = float(protocol_value(nb, "whole_below_us", DEFAULT_WHOLE_BELOW_US))
-        whole = nb.get("n_nests") != na.get("n_nests") or min(nb["time_us"], na["time_us"]) < below
+        whole = compared_whole((nb.get("n_nests"), na.get("n_nests")), (nb["time_us"], na["time_us"]),
+                               float(protocol_value(nb, "whole_below_us", DEFAULT_WHOLE_BELOW_US)),
+                               # rows timed before the protocol had this entry: every change of nests whole
+                               float(protocol_value(nb, "whole_changed_below_us", math.inf)))
         return "state" if whole else "nest"
 
     def compare(self, before: str, after: str, key: str) -> Comparison:

@@ -24,6 +24,7 @@ Deterministic for the same `effects` and deterministic tables: rows sorted, no s
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
@@ -523,8 +524,8 @@ def _protocol_paragraph(m) -> str:
             "threads, TVM "
             f"{machine.get('tvm_version')}, target `{machine.get('target')}` (fingerprint `{machine.get('id')}`). "
             "One original program's states were measured in one session, interleaved (round r times every state "
-            "once, the order reversed every other round), each sample at least "
-            f"{p.get('min_repeat_ms', '?')} ms of back-to-back runs. Rounds: at least {p.get('min_rounds', '?')}, "
+            "once, the order reversed every other round), each sample a batch of back-to-back runs calibrated to "
+            f"last {p.get('min_repeat_ms', '?')} ms. Rounds: at least {p.get('min_rounds', '?')}, "
             "then more while a step's interval is undecided and wider than "
             f"{100 * (float(p.get('tight', 1.025)) - 1):.1f}% (an interval already that tight that straddles a "
             "bound below stays `unresolved`: more rounds would not move it), at most "
@@ -538,10 +539,17 @@ def _protocol_paragraph(m) -> str:
             f"1 + {margin:.0f}%, `slower` when it lies below 1 / (1 + {margin:.0f}%), `neutral` when it lies within "
             "those bounds, `unresolved` otherwise (never `neutral` by default). **Per nest or whole**: a state's "
             "time is the sum of its top-level nests' times (each nest compiled once for all the states of its "
-            "program and run on the values the nests before it computed); a step that changes the number of "
-            f"nests, or has a side under {p.get('whole_below_us', 5):g} µs per call, is compared on both states "
+            "program and run on the values the nests before it computed); a step with a side under "
+            f"{p.get('whole_below_us', 5):g} µs per call, or that changes the number of nests"
+            f"{_changed_below(p)}, is compared on both states "
             f"timed whole, as one function: {t.get('steps_by_unit', {}).get('state', 0)} of the timed steps, the "
             f"other {t.get('steps_by_unit', {}).get('nest', 0)} on nest sums (`timing_unit` in `measured`).")
+
+
+def _changed_below(protocol: dict) -> str:
+    """The bound on a step that changes the number of nests (none before the protocol had one)."""
+    bound = float(protocol.get("whole_changed_below_us", math.inf))
+    return f" with a side under {bound:g} µs" if math.isfinite(bound) else ""
 
 
 def _agreement_paragraph(t: dict) -> str:

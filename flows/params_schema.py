@@ -114,6 +114,7 @@ class Measure(Strict):
     timeout_s: Positive
     unit: Literal["nest", "state"]
     whole_below_us: Annotated[float, Field(ge=0)]
+    whole_changed_below_us: Annotated[float, Field(ge=0)]
     agreement_states: NonNegative
     llvm_opt_level: Annotated[int, Field(ge=0, le=3)] | None = None
 

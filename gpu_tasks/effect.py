@@ -93,6 +93,17 @@ def step_effect(before: Sequence[float] | None, after: Sequence[float] | None, k
     return {"speedup": speedup, "speedup_low": low, "speedup_high": high, "effect": classify(low, high, margin)}
 
 
+def compared_whole(nests: tuple[int | None, int | None], times_us: tuple[float, float], whole_below_us: float,
+                   whole_changed_below_us: float = math.inf) -> bool:
+    """Whether a step timed nest by nest is compared on its two states timed whole: where a side runs
+    under `whole_below_us` per call (a sum of separate calls is no measure of a state that runs in
+    microseconds), or where the step changes the number of top-level nests and a side runs under
+    `whole_changed_below_us` (a fusion or fission of short nests; above it a nest sum gives the
+    whole-state speedup: docs/pipeline.md, "Measured effects")."""
+    small = min(times_us)
+    return small < whole_below_us or (nests[0] != nests[1] and small < whole_changed_below_us)
+
+
 def beyond(low: float | None, margin: float = NOISE_MARGIN) -> bool:
     """Whether an interval starting at `low` lies above 1 by the noise margin (`faster`)."""
     return low is not None and math.isfinite(low) and low > 1 + margin

@@ -16,10 +16,10 @@ sample is TVM's `time_evaluator` mean over a batch of back-to-back runs calibrat
 `min_repeat_ms` (`gpu_tasks.timing_session.Sampler`).
 
 Nest by nest (`unit="nest"`), the states are timed as the sums of their nests first; then the states
-of every comparison that changes the number of top-level nests or has a side under
-`whole_below_us` per call, and the states of `whole`, are timed whole as well, in a second session of
-their own (`GroupTiming.whole`): a sum of separate calls is no measure of a state that runs in a
-microsecond, nor of a step that fuses or splits nests.
+of every comparison that has a side under `whole_below_us` per call or changes the number of
+top-level nests with a side under `whole_changed_below_us`, and the states of `whole`, are timed whole
+as well, in a second session of their own (`GroupTiming.whole`): a sum of separate calls is no
+measure of a state that runs in a microsecond, nor of a step that fuses or splits short nests.
 
 Builds are made as a program is deployed (TVM's default LLVM optimisation; the per-call argument
 checks left out, see TIMING_PASS_CONFIG), and first, outside the machine's timing lock, on every
@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from gpu_tasks.cache import TIMING_PASS_CONFIG, BuildCache, Built
+from gpu_tasks.effect import compared_whole
 from gpu_tasks.guard import DEFAULT_LIMITS, Limits
 from gpu_tasks.inputs import draw_inputs, plan_from_facts
 from gpu_tasks.jobs import VerificationFailed, load_program, load_signature
@@ -56,6 +57,10 @@ DEFAULT_TARGET_SPREAD = 0.03
 DEFAULT_SAMPLE_MS = 4
 DEFAULT_MAX_MEASURE_S = 120.0
 DEFAULT_WHOLE_BELOW_US = 5.0
+# A step that changes the number of nests is compared whole when a side runs under this per call: above
+# it, the nest sums' speedup was the whole states' within 2.2% for 80% of 882 such release steps
+# (docs/pipeline.md, "Measured effects").
+DEFAULT_WHOLE_CHANGED_BELOW_US = 500.0
 # `state`: each state is one function, compiled and timed whole. `nest` (llvm only): each state is cut
 # into its top-level nests (`leir.lower.units`); every distinct nest of the group is compiled and timed
 # once, and a state's time is the sum of its nests' times, round by round.
@@ -85,6 +90,8 @@ class StateGroupRequest:
     pairs: tuple[tuple[int, int], ...] = ()  # (before, after) state indices: the comparisons that decide the rounds
     whole: tuple[int, ...] = ()  # with `unit="nest"`: states timed whole as well, whatever their pairs
     whole_below_us: float = DEFAULT_WHOLE_BELOW_US  # with `unit="nest"`: a pair with a side under this is timed whole
+    # with `unit="nest"`: a pair that changes the number of nests with a side under this is timed whole
+    whole_changed_below_us: float = DEFAULT_WHOLE_CHANGED_BELOW_US
 
 
 def time_states_job(request: StateGroupRequest) -> GroupTiming:
@@ -115,12 +122,13 @@ def time_states_job(request: StateGroupRequest) -> GroupTiming:
 
 def whole_pairs(loaded: dict, times: list[StateTime | None], request: StateGroupRequest
                 ) -> tuple[tuple[int, int], ...]:
-    """The pairs a nest-by-nest session also times whole: those that change the number of top-level
-    nests or have a side under `whole_below_us` per call (both sides timed by nests)."""
+    """The pairs a nest-by-nest session also times whole (`gpu_tasks.effect.compared_whole` of their
+    nest counts and nest-sum times: a side under `whole_below_us` per call, or a change in the number
+    of top-level nests with a side under `whole_changed_below_us`)."""
     ok = {i for i, t in enumerate(times) if t is not None and t.ok and i in loaded}
-    return tuple((b, a) for b, a in request.pairs if b in ok and a in ok and (
-        len(loaded[b].program.nests) != len(loaded[a].program.nests)
-        or min(times[b].median_us, times[a].median_us) < request.whole_below_us))
+    return tuple((b, a) for b, a in request.pairs if b in ok and a in ok and compared_whole(
+        (len(loaded[b].program.nests), len(loaded[a].program.nests)), (times[b].median_us, times[a].median_us),
+        request.whole_below_us, request.whole_changed_below_us))
 
 
 def _with_whole_states(by_nests: GroupTiming, loaded: dict, signature, request: StateGroupRequest) -> GroupTiming:

@@ -104,6 +104,18 @@ def test_a_comparison_uses_nest_sums_unless_the_nests_change_or_a_side_is_small(
     assert index.compare("t", "u", "k").effect is None    # no whole-state rows: not measured
 
 
+def test_a_change_in_the_number_of_nests_is_compared_whole_only_under_the_protocols_bound():
+    bounded = json.dumps({"whole_below_us": 5.0, "whole_changed_below_us": 500.0})
+    long_sides = [row("a", "nest", [900.0] * 6), row("f", "nest", [600.0, 601.0, 599.0, 600.0, 600.0, 600.0], n_nests=2)]
+    short_sides = [row("b", "nest", [300.0] * 6), row("g", "nest", [200.0] * 6, n_nests=2)]
+    index = TimingIndex([{**r, "protocol": bounded} for r in long_sides + short_sides])
+    assert index.unit_for("a", "f") == "nest"    # both sides 500 µs or more: nest sums decide
+    assert index.compare("a", "f", "k").speedup == pytest.approx(1.5, rel=0.01)
+    assert index.unit_for("b", "g") == "state"   # a side under the bound: whole states
+    older = TimingIndex(long_sides)              # rows of a protocol without the bound: every change whole
+    assert older.unit_for("a", "f") == "state"
+
+
 def test_sides_from_two_sessions_are_compared_unpaired_and_missing_rounds_leave_a_step_unresolved():
     index = TimingIndex([row("a", "nest", STEADY, session="s1"), row("b", "nest", [50.0] * 6, session="s2"),
                          row("c", "nest", [50.0, 50.0, 50.0], session="s1")])

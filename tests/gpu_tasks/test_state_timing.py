@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from gpu_tasks.effect import classify, speedup_interval, step_effect
+from gpu_tasks.effect import classify, compared_whole, speedup_interval, step_effect
 from gpu_tasks.state_timing import StateGroupRequest, measure_rounds, relative_iqr, time_states_job
 from gpu_tasks.timing_session import Sampler, runs_per_sample, undecided_states
 
@@ -168,6 +168,35 @@ def test_a_small_state_or_a_sampled_one_is_timed_whole_as_well_in_a_nest_session
     result = time_states_job(StateGroupRequest(states, SOFTMAX_SIG, min_rounds=5, max_rounds=5, min_repeat_ms=1,
                                                unit="nest", whole=(1,)))
     assert result.whole[0] is None and result.whole[1].ok   # the agreement sample
+
+
+FUSED_MAX_SUM = ("L^{64}_{b=0}[L^{256}_{a=0}[D^{f32,g}_{b}=max(D^{f32,g}_{b},A^{f32,g}_{b,a});];"
+                 "L^{256}_{a=0}[E^{f32,g}_{b}=E^{f32,g}_{b}+exp(A^{f32,g}_{b,a}-D^{f32,g}_{b});];];")
+
+
+def test_a_step_that_changes_the_number_of_nests_is_timed_whole_only_under_its_bound():
+    states = (MAX_NEST + SUM_NEST + DIV_NEST, FUSED_MAX_SUM + DIV_NEST)
+
+    def timed(bound_us):
+        return time_states_job(StateGroupRequest(states, SOFTMAX_SIG, min_rounds=5, max_rounds=5, min_repeat_ms=1,
+                                                 unit="nest", pairs=((0, 1),), whole_below_us=0.0,
+                                                 whole_changed_below_us=bound_us))
+    short = timed(1e9)  # every side is "short": the fusion is compared on whole states
+    assert short.nests == (3, 2) and all(w is not None and w.ok for w in short.whole)
+    long = timed(0.0)   # no side is short: nest sums decide
+    assert long.nests == (3, 2) and long.whole == (None, None) and all(s.ok for s in long.states)
+
+
+@pytest.mark.parametrize("nests, times_us, expected", [
+    ((3, 3), (100.0, 90.0), False),   # same nests, not small: nest sums
+    ((3, 3), (4.0, 90.0), True),      # a side under whole_below_us (5)
+    ((3, 2), (100.0, 90.0), True),    # fewer nests with a side under whole_changed_below_us (500)
+    ((3, 2), (800.0, 600.0), False),  # fewer nests, both sides long
+    ((3, 2), (800.0, 499.0), True),
+])
+def test_the_rule_that_sends_a_comparison_to_whole_states(nests, times_us, expected):
+    assert compared_whole(nests, times_us, 5.0, 500.0) is expected
+    assert compared_whole(nests, times_us, 5.0) is (nests[0] != nests[1] or min(times_us) < 5.0)  # no bound
 
 
 class RecordingModule:
