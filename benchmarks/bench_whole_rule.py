@@ -1,15 +1,16 @@
 """When a step that changes the number of nests needs its states timed whole: nest sums against
 whole-state times on the steps a lake timed both ways, by the smaller side's time per call.
 
-`python benchmarks/bench_whole_rule.py LAKE [--bound US]`. The lake's `timings` must hold whole-state
-rows for the steps to judge: a lake measured with `measure.whole_changed_below_us: .inf` (every step
-that changes the number of nests timed whole, the protocol before the bound existed) holds them all.
-For each released step whose two states have nest and whole rows from one session, the step's
-effect is computed both ways (`gpu_tasks.effect.step_effect`, paired by round) and the two compared:
-the share classed alike, the share classed differently where both are resolved, the steps classed
-faster one way and slower the other, and the nest-sum speedup over the whole-state speedup. Then, for
-`--bound`, how many of the lake's states the rule would still time whole (the measure stage's cost).
-Pure arithmetic on the lake's rows: no timing, so it may run beside other work.
+`python benchmarks/bench_whole_rule.py [LAKE] [--bound US]` (default: `lake`, after `make run`). The
+lake's `timings` must hold whole-state rows for the steps to judge: a lake measured with
+`measure.whole_changed_below_us: .inf` (every step that changes the number of nests timed whole, the
+protocol before the bound existed) holds them all. For each released step whose two states have nest
+and whole rows from one session, the step's effect is computed both ways
+(`gpu_tasks.effect.step_effect`, paired by round) and the two compared: the share classed alike, the
+share classed differently where both are resolved, the steps classed faster one way and slower the
+other, and the nest-sum speedup over the whole-state speedup. Then, for `--bound`, how many of the
+lake's states the rule would still time whole (the measure stage's cost). Pure arithmetic on the
+lake's rows: no timing, so it may run beside other work.
 """
 from __future__ import annotations
 
@@ -88,10 +89,14 @@ def whole_states(lake: Path, bound: float, below: float) -> tuple[int, int, int]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("lake", type=Path)
+    parser.add_argument("lake", type=Path, nargs="?", default=Path("lake"))
     parser.add_argument("--bound", type=float, default=500.0, help="measure.whole_changed_below_us to count (µs)")
     parser.add_argument("--whole-below", type=float, default=5.0, help="measure.whole_below_us (µs)")
     args = parser.parse_args()
+    if not (args.lake / "timings").exists() or not (args.lake / "samples").exists():
+        print(f"bench_whole_rule: {args.lake} has no timings or released samples; run `make run` first "
+              "(or pass a lake)")
+        return
     steps = both_ways(args.lake)
     print(f"{len(steps)} released steps timed both ways in one session; by strategy where the nests change: "
           f"{Counter(s['strategy'] for s in steps if s['changes']).most_common(6)}")
