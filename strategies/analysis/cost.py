@@ -39,7 +39,8 @@ the same program, never quotes them as times."""
 from __future__ import annotations
 
 import math
-from collections import Counter
+import threading
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
 from leir.analysis import (
@@ -264,16 +265,53 @@ def estimated_cycles_each(program: Program, nests: range, target: str, estimates
                           ) -> tuple[float, ...]:
     """`estimated_cycles` under each of `estimates` (the figures of each statement computed once)."""
     shapes = tensor_boxes(program)
-    totals, written = [0.0] * len(estimates), {}
+    by_nest: dict[int, list] = {}
     for site in statement_sites(program):
         if site.nest_index in nests:
-            here = written.setdefault(site.nest_index, set())
-            cost = statement_cost(site, shapes, target)
-            for k, e in enumerate(estimates):
-                totals[k] += _statement_cycles(site, shapes, here, target, e, cost)
-            here.add(site.stmt.lhs.tensor)
+            by_nest.setdefault(site.nest_index, []).append(site)
+    totals = [0.0] * len(estimates)
+    for index, sites in by_nest.items():
+        for each in _nest_statement_cycles(program.nests[index], sites, shapes, target, estimates):
+            for k, cycles in enumerate(each):
+                totals[k] += cycles  # statement by statement in program order, as without the cache
     count = len(range(len(program.nests))[nests.start:nests.stop])
     return tuple(t + e.nest * count for t, e in zip(totals, estimates, strict=True))
+
+
+# Each top-level nest's statement cycles, kept by nest: the states of one program share most of their
+# nests (a step rewrites one or two, and the others are the very same objects), and a search or the
+# transform stage estimates hundreds of states of one program. A nest's figures depend on the nest and
+# on the shapes of the tensors it accesses (`tensor_boxes` of the whole program: another nest may widen
+# a tensor), so the entry keeps the nest itself (an id is reused once its object is gone) and those
+# shapes, and is used only when both are the same.
+_NEST_CYCLES: OrderedDict[tuple, tuple] = OrderedDict()
+_NEST_CYCLES_SIZE = 8192
+_NEST_CYCLES_LOCK = threading.Lock()
+
+
+def _nest_statement_cycles(nest, sites: list, shapes: dict, target: str, estimates: tuple[Estimate, ...]
+                           ) -> tuple[tuple[float, ...], ...]:
+    """Per statement of `nest` (its `sites`, in order), its cycles under each of `estimates`."""
+    boxes = tuple((name, shapes.get(name)) for name in dict.fromkeys(
+        a.tensor for site in sites for a in (site.stmt.lhs, *accesses(site.stmt.rhs))))
+    key = (id(nest), target, estimates)
+    with _NEST_CYCLES_LOCK:
+        hit = _NEST_CYCLES.get(key)
+        if hit is not None and hit[0] is nest and hit[1] == boxes:
+            _NEST_CYCLES.move_to_end(key)
+            return hit[2]
+    out, written = [], set()
+    for site in sites:
+        cost = statement_cost(site, shapes, target)
+        out.append(tuple(_statement_cycles(site, shapes, written, target, e, cost) for e in estimates))
+        written.add(site.stmt.lhs.tensor)
+    result = tuple(out)
+    with _NEST_CYCLES_LOCK:
+        _NEST_CYCLES[key] = (nest, boxes, result)
+        _NEST_CYCLES.move_to_end(key)
+        while len(_NEST_CYCLES) > _NEST_CYCLES_SIZE:
+            _NEST_CYCLES.popitem(last=False)
+    return result
 
 
 def _weighted_work(expr, e: Estimate, var: str) -> tuple[float, float, int]:
