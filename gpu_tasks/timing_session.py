@@ -79,8 +79,9 @@ class Sampler:
 
     The first call calibrates: an evaluator that grows its batch until it lasts `min_repeat_ms`.
     Every later call runs a fixed batch of `runs` = ceil(min_repeat_ms / that mean): each sample then
-    lasts about `min_repeat_ms` (at least that, up to the machine's drift), and every sample of a
-    session averages the same number of runs. Left to itself, TVM's evaluator keeps its batch
+    lasts about `min_repeat_ms` (a little less once the function runs faster than while it was
+    calibrated: 1.75-2.0 ms of a 2 ms length on small kernels), and every sample of a session
+    averages the same number of runs. Left to itself, TVM's evaluator keeps its batch
     between calls and multiplies it by 1.618 whenever a batch falls under `min_repeat_ms`, so after a
     dip in the machine's speed a microsecond kernel's samples lasted 1.6 times the sample length (3.3
     ms per 2 ms sample, measured on the release states), the time of the rounds and nothing gained."""
