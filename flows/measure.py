@@ -49,11 +49,17 @@ from flows.keys import rank, stable_id
 from flows.lake_queries import released_step_rows
 from flows.storage import read_table, write_shard
 from flows.tasks import StageProgress, say
-from gpu_tasks.effect import compared_whole, step_effect  # pure arithmetic: no TVM
+from gpu_tasks.effect import (  # pure arithmetic: no TVM
+    DEFAULT_WHOLE_BELOW_US,
+    DEFAULT_WHOLE_CHANGED_BELOW_US,
+    compared_whole,
+    step_effect,
+)
 from gpu_tasks.fingerprint import MACHINE_NAME_ENV, with_name  # TVM only inside machine_fingerprint
 
 DEFAULTS = {"min_rounds": 5, "max_rounds": 15, "target_spread": 0.03, "min_repeat_ms": 4, "max_measure_s": 120.0,
-            "timeout_s": 900.0, "unit": "nest", "whole_below_us": 5.0, "whole_changed_below_us": 500.0,
+            "timeout_s": 900.0, "unit": "nest", "whole_below_us": DEFAULT_WHOLE_BELOW_US,
+            "whole_changed_below_us": DEFAULT_WHOLE_CHANGED_BELOW_US,
             "agreement_states": 200}
 # The entries of the configuration that decide how a state is timed: rows timed otherwise are timed again.
 PROTOCOL_KEYS = ("min_rounds", "max_rounds", "target_spread", "min_repeat_ms", "unit", "whole_below_us",
@@ -498,7 +504,6 @@ def measuring_machine(timings: list[dict], wanted: set[str], target: str) -> str
 # class comes from the interval (`gpu_tasks.effect`): `faster`, `neutral`, `slower` or `unresolved`.
 
 TIMING_UNITS = ("nest", "state")
-DEFAULT_WHOLE_BELOW_US = 5.0
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,14 @@ def step_effect(before: Sequence[float] | None, after: Sequence[float] | None, k
     return {"speedup": speedup, "speedup_low": low, "speedup_high": high, "effect": classify(low, high, margin)}
 
 
+# The whole-state rule's defaults (`compared_whole`; `measure.whole_below_us`, `measure.whole_changed_below_us`).
+# A step that changes the number of nests is compared whole when a side runs under the second: above it,
+# the nest sums' speedup was the whole states' within 2.2% for 80% of 882 such release steps
+# (docs/pipeline.md, "Measured effects").
+DEFAULT_WHOLE_BELOW_US = 5.0
+DEFAULT_WHOLE_CHANGED_BELOW_US = 500.0
+
+
 def compared_whole(nests: tuple[int | None, int | None], times_us: tuple[float, float], whole_below_us: float,
                    whole_changed_below_us: float = math.inf) -> bool:
     """Whether a step timed nest by nest is compared on its two states timed whole: where a side runs

@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from gpu_tasks.cache import TIMING_PASS_CONFIG, BuildCache, Built
-from gpu_tasks.effect import compared_whole
+from gpu_tasks.effect import DEFAULT_WHOLE_BELOW_US, DEFAULT_WHOLE_CHANGED_BELOW_US, compared_whole
 from gpu_tasks.guard import DEFAULT_LIMITS, Limits
 from gpu_tasks.inputs import draw_inputs, plan_from_facts
 from gpu_tasks.jobs import VerificationFailed, load_program, load_signature
@@ -56,11 +56,6 @@ DEFAULT_MAX_ROUNDS = 15
 DEFAULT_TARGET_SPREAD = 0.03
 DEFAULT_SAMPLE_MS = 4
 DEFAULT_MAX_MEASURE_S = 120.0
-DEFAULT_WHOLE_BELOW_US = 5.0
-# A step that changes the number of nests is compared whole when a side runs under this per call: above
-# it, the nest sums' speedup was the whole states' within 2.2% for 80% of 882 such release steps
-# (docs/pipeline.md, "Measured effects").
-DEFAULT_WHOLE_CHANGED_BELOW_US = 500.0
 # `state`: each state is one function, compiled and timed whole. `nest` (llvm only): each state is cut
 # into its top-level nests (`leir.lower.units`); every distinct nest of the group is compiled and timed
 # once, and a state's time is the sum of its nests' times, round by round.

@@ -7,12 +7,11 @@ keep their axis (`tx`, `by`, ...), only their suffixes are renumbered.
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections import OrderedDict
 
 from leir.analysis import statement_sites, tensor_order
 from leir.ast import Access, Loop, Nest, Num, Program, Stmt, Var, accesses, map_stmt
 from leir.names import index_names, is_bind_name, tensor_names
+from leir.object_cache import MISSING, ObjectCache
 from leir.printer import format_program
 from leir.signature import Signature
 
@@ -110,22 +109,14 @@ def canonical_text(program: Program, signature: Signature | None = None) -> str:
     objects: trees that differ only in a literal's type, 1 against 1.0, are equal as trees but not as
     text): a step's result is hashed where it is made, named where its row is written and hashed again
     as the next state."""
-    with _TEXTS_LOCK:
-        hit = _TEXTS.get(id(program))
-        if hit is not None and hit[0] is program and hit[1] == signature:
-            _TEXTS.move_to_end(id(program))
-            return hit[2]
-    text = format_program(canonical_names(program, signature))
-    with _TEXTS_LOCK:
-        _TEXTS[id(program)] = (program, signature, text)  # holding the program keeps its id its own
-        if len(_TEXTS) > _TEXTS_KEPT:
-            _TEXTS.popitem(last=False)
+    text = _TEXTS.get(program, signature)
+    if text is MISSING:
+        text = format_program(canonical_names(program, signature))
+        _TEXTS.put(program, text, signature)
     return text
 
 
-_TEXTS: OrderedDict[int, tuple[Program, Signature | None, str]] = OrderedDict()
-_TEXTS_KEPT = 512
-_TEXTS_LOCK = threading.Lock()
+_TEXTS = ObjectCache(512)
 
 
 def alpha_hash(program: Program, signature: Signature | None = None) -> str:

@@ -39,8 +39,7 @@ the same program, never quotes them as times."""
 from __future__ import annotations
 
 import math
-import threading
-from collections import Counter, OrderedDict
+from collections import Counter
 from dataclasses import dataclass
 
 from leir.analysis import (
@@ -53,6 +52,7 @@ from leir.analysis import (
     tensor_boxes,
 )
 from leir.ast import Access, BinOp, Call, Compare, Loop, Neg, Program, Select, Var, accesses, children, walk_expr
+from leir.object_cache import MISSING, ObjectCache
 
 TRANSCENDENTAL = ("exp", "log", "erf", "sqrt", "fast_exp", "fast_log", "fast_erf")
 
@@ -282,11 +282,8 @@ def estimated_cycles_each(program: Program, nests: range, target: str, estimates
 # nests (a step rewrites one or two, and the others are the very same objects), and a search or the
 # transform stage estimates hundreds of states of one program. A nest's figures depend on the nest and
 # on the shapes of the tensors it accesses (`tensor_boxes` of the whole program: another nest may widen
-# a tensor), so the entry keeps the nest itself (an id is reused once its object is gone) and those
-# shapes, and is used only when both are the same.
-_NEST_CYCLES: OrderedDict[tuple, tuple] = OrderedDict()
-_NEST_CYCLES_SIZE = 8192
-_NEST_CYCLES_LOCK = threading.Lock()
+# a tensor), so those shapes guard the entry.
+_NEST_CYCLES = ObjectCache(8192)
 
 
 def _nest_statement_cycles(nest, sites: list, shapes: dict, target: str, estimates: tuple[Estimate, ...]
@@ -294,23 +291,16 @@ def _nest_statement_cycles(nest, sites: list, shapes: dict, target: str, estimat
     """Per statement of `nest` (its `sites`, in order), its cycles under each of `estimates`."""
     boxes = tuple((name, shapes.get(name)) for name in dict.fromkeys(
         a.tensor for site in sites for a in (site.stmt.lhs, *accesses(site.stmt.rhs))))
-    key = (id(nest), target, estimates)
-    with _NEST_CYCLES_LOCK:
-        hit = _NEST_CYCLES.get(key)
-        if hit is not None and hit[0] is nest and hit[1] == boxes:
-            _NEST_CYCLES.move_to_end(key)
-            return hit[2]
+    kept = _NEST_CYCLES.get(nest, boxes, (target, estimates))
+    if kept is not MISSING:
+        return kept
     out, written = [], set()
     for site in sites:
         cost = statement_cost(site, shapes, target)
         out.append(tuple(_statement_cycles(site, shapes, written, target, e, cost) for e in estimates))
         written.add(site.stmt.lhs.tensor)
     result = tuple(out)
-    with _NEST_CYCLES_LOCK:
-        _NEST_CYCLES[key] = (nest, boxes, result)
-        _NEST_CYCLES.move_to_end(key)
-        while len(_NEST_CYCLES) > _NEST_CYCLES_SIZE:
-            _NEST_CYCLES.popitem(last=False)
+    _NEST_CYCLES.put(nest, result, boxes, (target, estimates))
     return result
 
 

@@ -204,7 +204,7 @@ def test_states_that_share_nests_are_estimated_as_the_same_programs_parsed_afres
         c = ctx(text, signatures[text])
         states = [c.program] + [t.after for s in registered() for t in s.transformations(c, limit=4, per_site=2)]
         for state in states:
-            hits_before = sum(1 for n in state.nests if any(v[0] is n for v in _NEST_CYCLES.values()))
+            hits_before = sum(1 for n in state.nests if _NEST_CYCLES.holds(n))
             kept = estimated_cycles(state, range(len(state.nests)))
             fresh = parse_program(format_program(state))
             assert kept == estimated_cycles(fresh, range(len(fresh.nests)))

@@ -1,0 +1,28 @@
+"""Results kept by the identity of the tree they were computed from (leir/object_cache.py)."""
+from __future__ import annotations
+
+from leir.object_cache import MISSING, ObjectCache
+from leir.parse import parse_program
+
+TEXT = "L^{4}_{a=0}[C^{f32,g}_{a}=A^{f32,g}_{a}*2;];"
+
+
+def test_a_result_is_kept_for_the_same_object_under_an_equal_guard_only():
+    cache = ObjectCache(8)
+    program, twin = parse_program(TEXT), parse_program(TEXT)
+    cache.put(program, "text", guard=("sig",), key="llvm")
+    assert cache.get(program, ("sig",), "llvm") == "text"
+    assert cache.get(twin, ("sig",), "llvm") is MISSING       # equal as a value, another object
+    assert cache.get(program, ("other",), "llvm") is MISSING  # another guard
+    assert cache.get(program, ("sig",), "cuda") is MISSING    # another key
+    assert cache.holds(program) and not cache.holds(twin)
+
+
+def test_the_least_recently_used_entry_goes_first():
+    cache = ObjectCache(2)
+    a, b, c = (parse_program(TEXT) for _ in range(3))
+    cache.put(a, 1)
+    cache.put(b, 2)
+    assert cache.get(a) == 1   # a used: b is now the oldest
+    cache.put(c, 3)
+    assert len(cache) == 2 and cache.get(b) is MISSING and cache.get(a) == 1 and cache.get(c) == 3
