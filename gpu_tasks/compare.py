@@ -45,10 +45,13 @@ def diff_arrays(expected: np.ndarray, actual: np.ndarray, tol: Tolerance, bounds
         reason = f"shape {list(actual.shape)} differs from the reference's {list(expected.shape)}"
         return ArrayDiff(np.inf, np.inf, np.inf, False, False, reason, np.inf)
     bitwise = _bitwise_equal(expected, actual)
-    e, a = expected.astype(np.float64), actual.astype(np.float64)
+    e, a = expected.astype(np.float64, copy=False), actual.astype(np.float64, copy=False)
     finite = np.isfinite(e) & np.isfinite(a)
-    ref = e[finite]
-    err = np.abs(a[finite] - ref)
+    if finite.all():  # the same elements in the same order as the selection, without copying them
+        ref, err = e.reshape(-1), np.abs(a.reshape(-1) - e.reshape(-1))
+    else:
+        ref = e[finite]
+        err = np.abs(a[finite] - ref)
     max_abs = float(err.max()) if err.size else 0.0
     max_rel = _max_relative(err, ref)
     rel_l2 = _relative_l2(err, ref)
@@ -90,6 +93,8 @@ def _max_relative(err: np.ndarray, ref: np.ndarray) -> float:
     rms = float(np.sqrt(np.mean(ref * ref))) if ref.size else 0.0
     scale = np.maximum(np.abs(ref), rms)
     counted = scale > 0
+    if counted.all():
+        return float((err / scale).max()) if scale.size else 0.0
     return float((err[counted] / scale[counted]).max()) if counted.any() else 0.0
 
 

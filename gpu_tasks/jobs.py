@@ -44,7 +44,7 @@ def verify_pair_job(request: PairRequest) -> Verification:
         # input to `log` which the before-program does not restrict is checked on negative ones too
         # (`A*2+log(A)*0` is not `A*2`); the subscripts of both stay in bounds
         plans = plan_from_facts(signature, [before.facts, InputFacts(frozenset(), after.facts.index_ranges)])
-        draws = draws_from_plans(signature, plans, request.draws, request.seed)
+        draws = drawn(signature, request.signature, plans, request.draws, request.seed)
         key = (request.before, request.signature, request.target, request.arch, request.form, request.draws,
                request.seed, tuple(sorted(plans.items())))
         expected = BEFORE_OUTPUTS.get(key)
@@ -57,12 +57,14 @@ def verify_pair_job(request: PairRequest) -> Verification:
     return judge(expected, actual, output_codes(signature), tolerance_table(request.tolerances))
 
 
-class _OutputMemo:
-    """The before-program's outputs on the draws, by request: every step of one original is verified
-    against the same outputs, which the original computed once per worker instead of once per step
-    (the release build verifies ~30 steps per original; at realistic sizes the naive original is the
-    slow side). Bounded by entries and by bytes; the arrays are made read-only, since every later
-    step compares against them."""
+class _ArrayMemo:
+    """Arrays by request, a list of {name: array} per draw: the before-program's outputs on the draws
+    (`BEFORE_OUTPUTS`: every step of one original is verified against the same outputs, which the
+    original computed once per worker instead of once per step; the release build verifies ~30 steps
+    per original, and at realistic sizes the naive original is the slow side), and the draws
+    themselves (`DRAWS`: a search verifies and times every state of a program on the same inputs; a
+    float32 elementwise program of release size drew them in a third of its verification). Bounded by
+    entries and by bytes; the arrays are made read-only, since every later use reads them."""
 
     def __init__(self, entries: int = 8, max_bytes: int = 256 << 20):
         self.entries, self.max_bytes = entries, max_bytes
@@ -92,13 +94,25 @@ class _OutputMemo:
             self._items.popitem(last=False)
 
 
-BEFORE_OUTPUTS = _OutputMemo()
+BEFORE_OUTPUTS = _ArrayMemo()
+DRAWS = _ArrayMemo(entries=4, max_bytes=512 << 20)
+
+
+def drawn(signature: Signature, signature_text: str, plans: dict, draws: int, seed: int) -> list[dict]:
+    """`draws_from_plans`, kept per process (`DRAWS`); read-only arrays."""
+    key = (signature_text, tuple(sorted(plans.items())), draws, seed)
+    found = DRAWS.get(key)
+    if found is None:
+        found = draws_from_plans(signature, plans, draws, seed)
+        DRAWS.put(key, found)
+    return found
 
 
 def clear_caches() -> None:
     """Forget this process's builds and remembered outputs (tests that count builds start here)."""
     BUILD_CACHE.clear()
     BEFORE_OUTPUTS.clear()
+    DRAWS.clear()
 
 
 def verify_reference_job(request: ReferenceRequest) -> Verification:

@@ -19,8 +19,8 @@ import numpy as np
 from gpu_tasks.cache import TIMING_CACHE
 from gpu_tasks.fingerprint import machine_fingerprint
 from gpu_tasks.guard import DEFAULT_LIMITS, Limits
-from gpu_tasks.inputs import draw_inputs, plan_from_facts
-from gpu_tasks.jobs import VerificationFailed, build, load_program, load_signature
+from gpu_tasks.inputs import plan_from_facts
+from gpu_tasks.jobs import VerificationFailed, build, drawn, load_program, load_signature
 from gpu_tasks.machine_lock import timing_lock
 from gpu_tasks.pool import Job, JobFailure, WorkerPool
 from gpu_tasks.runner import device_for, make_arguments
@@ -110,7 +110,8 @@ def time_pair_job(request: TimingRequest) -> Timing:
                  for label, p in (("before", before), ("after", after))]
     except VerificationFailed as failed:
         return Timing(failed.verification.status, error=failed.verification.error)
-    inputs = draw_inputs(signature, plan_from_facts(signature, [before.facts, after.facts]), 0, request.seed)
+    inputs = drawn(signature, request.signature, plan_from_facts(signature, [before.facts, after.facts]), 1,
+                   request.seed)[0]
     try:
         device = device_for(request.target)
         evaluators = [Sampler(b.executable.mod, "main", device, int(request.min_repeat_ms)) for b in built]

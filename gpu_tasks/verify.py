@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -124,6 +124,17 @@ def iter_verify_pairs(requests: Iterable[PairRequest], pool: WorkerPool | None =
             done[i] = as_verification(result)
             yield from ready()
     yield from ready()
+
+
+def verify_apart(requests: Sequence[PairRequest], pool: WorkerPool,
+                 timeouts_s: Sequence[float | None] | None = None) -> list[Verification]:
+    """Each pair in a job of its own, so that the pool's workers verify them side by side (a search
+    verifies a state and, on the other core, the state it will most likely ask for next). The same
+    verdicts as `verify_pairs`; `timeouts_s`: a time limit per pair (None: the pool's)."""
+    timeouts_s = list(timeouts_s or [None] * len(requests))
+    jobs = [Job(verify_pair_job, (r,), affinity=_original_key(r), timeout_s=t)
+            for r, t in zip(requests, timeouts_s, strict=True)]
+    return [as_verification(result) for result in pool.run(jobs)]
 
 
 # A group job's time limit: the pool's limit per job, plus this share of it for every further pair

@@ -400,6 +400,7 @@ class RankedPolicy(Policy):
     model: CostModel = field(default_factory=CostModel)
     limit: int = 400             # proposals of one state that are ranked (the policy's first ones)
     diversity: float = DIVERSITY  # log2 of predicted speedup a repeated kind of move gives up per earlier one
+    _upcoming: Action | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -424,15 +425,22 @@ class RankedPolicy(Policy):
         kinds = [a.move for a in pending]
         used: dict[str, int] = {}
         version, scores = None, None
+        def best() -> int:  # best predicted first; each earlier proposal of the same kind costs `diversity`
+            return max(alive, key=lambda i: (scores[i] - self.diversity * used.get(kinds[i], 0), -i))
+
         while alive:
             if self.model.version != version:     # learned something since the last ranking
                 version = self.model.version
                 scores = self.model.predict(feats, margin) / math.log(2)
-            # best predicted first; each earlier proposal of the same kind costs `diversity`
-            pick = max(alive, key=lambda i: (scores[i] - self.diversity * used.get(kinds[i], 0), -i))
+            pick = best()
             alive.remove(pick)
             used[kinds[pick]] = used.get(kinds[pick], 0) + 1
+            self._upcoming = pending[best()] if alive else None  # the next pick unless the model learns
             yield pending[pick]
+        self._upcoming = None
+
+    def upcoming(self) -> Action | None:
+        return self._upcoming
 
 
 def rank_by_model(model: CostModel, programs: list[Program]) -> list[int]:

@@ -7,7 +7,12 @@ its reward is root time / state time. TVM stays out of this module: the caller p
 
 - `verify(root, state) -> status` (`exact`, `close`, or a failure status), and
 - `measure(root, state) -> (root_us, state_us)` or `(root_us, state_us, spread)`, or None when the
-  state cannot be timed.
+  state cannot be timed;
+- optionally `verify_many(root, states) -> statuses`, verifying states side by side: each state is
+  then verified together with the state the policy would propose next if it learned nothing more
+  (`Policy.upcoming`, or a macro's next step), on another core, and that verdict is kept for the
+  state's turn. Timing stays alone on the machine; the search takes the same path with or without
+  it, since a verdict does not depend on when it was computed.
 
 A *macro* action (`Action.steps`, `search.macros`) is several atomic actions offered as one
 proposal: each step becomes a state of its own, verified against the root and recorded in the tree
@@ -39,7 +44,11 @@ PASSING = ("exact", "close")
 DRIVERS = ("chain", "greedy", "beam", "bfs", "dfs", "mcts")
 
 VerifyFn = Callable[[Program, Program], str]
+VerifyManyFn = Callable[[Program, list[Program]], list[str]]
 MeasureFn = Callable[[Program, Program], "tuple | None"]
+# Verdicts of a state verified ahead of its turn that are not kept: the worker's time limit for such a
+# state is shorter, and a crash may be the machine's, so its turn verifies it again.
+UNSETTLED = ("timeout", "crash")
 
 
 @dataclass(frozen=True)
@@ -138,6 +147,11 @@ class Policy:
     def observe(self, node: Node) -> None:
         """Told about every evaluated state (a learned ranking trains on the measured ones)."""
 
+    def upcoming(self) -> Action | None:
+        """The proposal the iterator `actions` advanced last would give next if nothing more were
+        observed (the search verifies it ahead, on an idle core), or None when unknown."""
+        return None
+
 
 @dataclass
 class SearchResult:
@@ -152,6 +166,8 @@ class SearchResult:
     duplicates: int
     wall_s: float
     stopped: str
+    verified_ahead: int = 0   # states verified ahead of their turn (verify_many), and of those
+    used_ahead: int = 0       # the ones the search then reached
 
     @property
     def trajectory(self) -> list[Node]:
@@ -170,7 +186,8 @@ class SearchResult:
                            for n in self.trajectory],
             "states_verified": self.states_verified, "wall_s": round(self.wall_s, 3),
             "driver": self.driver, "policy": self.policy, "seed": self.seed, "rejected": self.rejected,
-            "duplicates": self.duplicates, "stopped": self.stopped,
+            "duplicates": self.duplicates, "stopped": self.stopped, "verified_ahead": self.verified_ahead,
+            "used_ahead": self.used_ahead,
             "states": [{"id": n.id, "parent": n.parent.id if n.parent else None, "depth": n.depth,
                         "strategy": n.action.strategy if n.action else None, "status": n.status,
                         "speedup": n.speedup} for n in self.nodes],
@@ -183,11 +200,13 @@ class Search:
     def __init__(self, program: Program, signature: Signature, policy: Policy, verify: VerifyFn,
                  measure: MeasureFn, *, target: str = "llvm", budget: Budget = Budget(), seed: int = 0,
                  clock: Callable[[], float] = time.monotonic, time_macro_steps: bool = False,
-                 extensions: tuple[str, ...] | None = None):
+                 extensions: tuple[str, ...] | None = None, verify_many: VerifyManyFn | None = None):
         self.signature, self.policy, self.target = signature, policy, target
         self.extensions = extensions
         self.time_macro_steps = time_macro_steps
-        self._verify, self._measure = verify, measure
+        self._verify, self._measure, self._verify_many = verify, measure, verify_many
+        self._ahead: dict[str, str] = {}  # program text -> verdict of a state verified ahead of its turn
+        self.verified_ahead = self.used_ahead = 0
         self.budget, self.seed, self.clock = budget, seed, clock
         self.started = clock()
         self.root = Node(0, program, format_program(program), alpha_hash(program, signature),
@@ -266,15 +285,18 @@ class Search:
             parent.successors.append(node)
         return node
 
-    def _new_state(self, parent: Node, action: Action, alpha: str, origin: Node, move: str, timed: bool) -> Node:
-        """A new state: verified against the root, timed against it when it passes and `timed`."""
+    def _new_state(self, parent: Node, action: Action, alpha: str, origin: Node, move: str, timed: bool,
+                   then: Program | None = None) -> Node:
+        """A new state: verified against the root, timed against it when it passes and `timed`.
+        `then`: the state that comes next if the current proposal goes on (a macro's next step);
+        otherwise the policy's upcoming proposal is verified ahead."""
         node = Node(len(self.nodes), action.after, format_program(action.after), alpha, parent, action,
                     parent.depth + 1, origin=origin, move=move)
         self.seen[alpha] = node.id
         self.nodes.append(node)
         parent.children.append(node)
         self.states_verified += 1
-        node.status = self._verify(self.root.program, node.program)
+        node.status = self._status(node, then)
         if node.status in PASSING and timed:
             timed_us = self._measure(self.root.program, node.program)
             if timed_us is None:
@@ -287,6 +309,40 @@ class Search:
         if observe is not None:
             observe(node)
         return node
+
+    def _status(self, node: Node, then: Program | None) -> str:
+        """The node's verdict: kept from a verification ahead of its turn, or verified now, together
+        with the state most likely asked for next when there is one and `verify_many`."""
+        known = self._ahead.pop(node.text, None)
+        if known is not None:
+            self.used_ahead += 1
+            return known
+        ahead = self._next_state(then) if self._verify_many is not None else None
+        if ahead is None:
+            return self._verify(self.root.program, node.program)
+        status, ahead_status = self._verify_many(self.root.program, [node.program, ahead[1]])
+        self.verified_ahead += 1
+        if ahead_status not in UNSETTLED:
+            self._ahead[ahead[0]] = ahead_status
+        return status
+
+    def _next_state(self, then: Program | None) -> tuple[str, Program] | None:
+        """(text, program) of the new state to verify ahead: `then`, else the policy's upcoming
+        proposal (a macro's first new step); None when there is none or the budget has no room."""
+        if self.states_verified >= self.budget.states:
+            return None
+        if then is None:
+            peek = getattr(self.policy, "upcoming", None)
+            action = peek() if peek is not None else None
+            if action is None:
+                return None
+            steps = action.steps or (action,)
+            then = next((s.after for s in steps if self._alpha(s.after) not in self.seen), None)
+        alpha = self._alpha(then) if then is not None else None
+        if alpha is None or alpha in self.seen:
+            return None
+        text = format_program(then)
+        return None if text in self._ahead else (text, then)
 
     def _evaluate_macro(self, start: Node, macro: Action) -> Node | None:
         """Each step of the macro as a state of its own, verified against the root and recorded (a
@@ -317,7 +373,9 @@ class Search:
             if self.out_of_budget():
                 return node if node is not start else None   # wall time spent inside the macro
             last = k == len(macro.steps) - 1
-            node = self._new_state(node, step, alpha, start, macro.move, timed=last or self.time_macro_steps)
+            then = None if last else macro.steps[k + 1].after
+            node = self._new_state(node, step, alpha, start, macro.move, timed=last or self.time_macro_steps,
+                                   then=then)
             if node.status not in PASSING:
                 return node
         if node.accepted:
@@ -337,7 +395,8 @@ class Search:
     def result(self, driver: str, stopped: str = "") -> SearchResult:
         return SearchResult(driver, getattr(self.policy, "name", "policy"), self.seed, self.root, self.best(),
                             list(self.nodes), self.states_verified, self.rejected, self.duplicates,
-                            self.clock() - self.started, stopped or self.out_of_budget() or "done")
+                            self.clock() - self.started, stopped or self.out_of_budget() or "done",
+                            self.verified_ahead, self.used_ahead)
 
 
 def _rank(nodes: list[Node]) -> list[Node]:
@@ -499,13 +558,14 @@ DRIVER_FUNCS = {"chain": chain, "greedy": greedy, "beam": beam, "bfs": bfs, "dfs
 def run(program: Program, signature: Signature, driver: str, policy: Policy, verify: VerifyFn,
         measure: MeasureFn, *, budget: Budget = Budget(), seed: int = 0, config: DriverConfig = DriverConfig(),
         target: str = "llvm", clock: Callable[[], float] = time.monotonic,
-        extensions: tuple[str, ...] | None = None) -> SearchResult:
+        extensions: tuple[str, ...] | None = None, verify_many: VerifyManyFn | None = None) -> SearchResult:
     """One search from `program` with `driver` ("chain", "greedy", "beam", "bfs", "dfs", "mcts").
     `extensions`: the LEIR extensions a state may use (None: all of them, as `steptp apply`; the
     pipeline passes the profile's, so that its trajectories stay in the published format)."""
     if driver not in DRIVER_FUNCS:
         raise ValueError(f"unknown driver {driver!r}; drivers: {', '.join(DRIVERS)}")
     search = Search(program, signature, policy, verify, measure, target=target, budget=budget, seed=seed,
-                    clock=clock, time_macro_steps=config.time_macro_steps, extensions=extensions)
+                    clock=clock, time_macro_steps=config.time_macro_steps, extensions=extensions,
+                    verify_many=verify_many)
     DRIVER_FUNCS[driver](search, config)
     return search.result(driver)

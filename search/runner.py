@@ -2,6 +2,8 @@
 `run_search` entry point (the search stage, `flows.search`, turns results into lake rows).
 
 - verify: `gpu_tasks.verify.verify_pair(root, state)` in a worker pool (crash and hang isolation);
+  verify_many: the state and the one the policy will most likely want next, side by side in the
+  pool's two workers (`gpu_tasks.verify.verify_apart`; the one ahead under a shorter time limit);
 - measure: `gpu_tasks.timing.time_pair(root, state)` in a timing pool (one worker using every
   core, the machine lock held while measuring): root and state interleaved in the same session, so
   the reward root_us / state_us never compares times from different runs.
@@ -30,23 +32,31 @@ class SearchSettings:
     repeats: int = 5
     min_repeat_ms: int = 10   # each sample at least this long (the measure stage samples 4 ms)
     verify_timeout_s: float = 60.0
+    ahead_timeout_s: float = 10.0   # the time limit of a state verified ahead of its turn
 
 
 def tvm_callables(signature: Signature, settings: SearchSettings, pool, timer):
-    """(verify, measure) for `search.drivers.run`, backed by `pool` and `timer` (WorkerPools)."""
+    """(verify, measure, verify_many) for `search.drivers.run`, backed by `pool` and `timer`
+    (WorkerPools); verify_many is None for a pool of one worker."""
     from gpu_tasks.timing import time_pair
-    from gpu_tasks.verify import verify_pair
+    from gpu_tasks.verify import pair_request, verify_apart, verify_pair
 
     def verify(root: Program, state: Program) -> str:
         return verify_pair(root, state, signature, settings.target, settings.draws, settings.verify_seed,
                            tolerances=settings.tolerances, pool=pool).status
+
+    def verify_many(root: Program, states: list[Program]) -> list[str]:
+        requests = [pair_request(root, s, signature, target=settings.target, draws=settings.draws,
+                                 seed=settings.verify_seed, tolerances=settings.tolerances) for s in states]
+        limits = [None] + [min(settings.ahead_timeout_s, pool.timeout_s)] * (len(states) - 1)
+        return [v.status for v in verify_apart(requests, pool, limits)]
 
     def measure(root: Program, state: Program):
         t = time_pair(root, state, signature, settings.target, pool=timer, repeats=settings.repeats,
                       min_repeat_ms=settings.min_repeat_ms)
         return (t.before_us, t.after_us, t.spread) if t.status == "ok" else None
 
-    return verify, measure
+    return verify, measure, (verify_many if getattr(pool, "size", 1) > 1 else None)
 
 
 def response_parser(text: str) -> list[tuple[str, str]]:
@@ -112,9 +122,10 @@ def run_search(program: Program | str, signature: Signature | Mapping | str, dri
     with ExitStack() as stack:
         if pools is None:
             pools = stack.enter_context(Pools(timeout_s=settings.verify_timeout_s))
-        verify, measure = tvm_callables(signature, settings, pools.verify, pools.timing)
+        verify, measure, verify_many = tvm_callables(signature, settings, pools.verify, pools.timing)
         result = run(program, signature, driver, pol, verify, measure, budget=budget, seed=seed,
-                     config=config or DriverConfig(), target=settings.target, extensions=extensions)
+                     config=config or DriverConfig(), target=settings.target, extensions=extensions,
+                     verify_many=verify_many)
     if as_result:
         return result
     out = result.to_json()

@@ -226,3 +226,20 @@ def test_a_finite_result_where_pytorch_in_the_dtype_overflows_is_fine():
     own = [a.copy() for a in DRAWS]
     own[1][2, 2] = -np.inf
     assert judge(outputs(DRAWS), outputs([a.copy() for a in DRAWS]), {"C": "f16"}, own=outputs(own)).status == "exact"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_all_finite_outputs_get_the_metrics_of_the_masked_path_bit_for_bit(dtype):
+    """When every element is finite on both sides, diff_arrays reads the arrays whole instead of
+    selecting the finite elements: the same elements in the same order, so the same floats as the
+    selection gives (here forced by one NaN that both sides share)."""
+    rng = np.random.default_rng(7)
+    expected = rng.standard_normal((64, 48)).astype(dtype)
+    expected[3, 5] = 0
+    actual = (expected * (1 + 1e-4 * rng.standard_normal(expected.shape))).astype(dtype)
+    tol = tolerance_for(np.dtype(dtype).name[0] + str(np.dtype(dtype).itemsize * 8), None)
+    whole = diff_arrays(expected, actual, tol)
+    masked = diff_arrays(np.append(expected.ravel(), np.nan), np.append(actual.ravel(), np.nan), tol)
+    assert (whole.max_abs, whole.max_rel, whole.rel_l2, whole.scale, whole.share, whole.within_tolerance) == (
+        masked.max_abs, masked.max_rel, masked.rel_l2, masked.scale, masked.share, masked.within_tolerance)
+    assert whole.max_rel > 0 and not whole.bitwise_equal

@@ -91,7 +91,7 @@ def test_the_pool_builds_each_original_at_most_once_per_worker(pool):
     builds1, hits1 = totals()
     n = len(MATMUL_VARIANTS)
     # One build lookup per transformed side; the original's outputs on the draws are computed once per
-    # worker (gpu_tasks.jobs._OutputMemo), so it is looked up (and built) at most once per worker.
+    # worker (gpu_tasks.jobs._ArrayMemo), so it is looked up (and built) at most once per worker.
     lookups = (builds1 - builds0) + (hits1 - hits0)
     assert n + 1 <= lookups <= n + pool.size
 

@@ -164,6 +164,41 @@ def test_the_original_is_built_and_run_once_for_many_transformations():
     assert BEFORE_OUTPUTS.hits == len(MATMUL_VARIANTS) - 1
 
 
+def test_the_draws_are_drawn_once_per_process_and_kept_read_only():
+    from gpu_tasks.inputs import draws_from_plans, plan_inputs
+    from gpu_tasks.jobs import DRAWS, drawn
+
+    clear_caches()
+    first = [verify_pair(MATMUL, after, MATMUL_SIG) for after in MATMUL_VARIANTS]
+    assert DRAWS.hits == len(MATMUL_VARIANTS) - 1
+    again = []
+    for after in MATMUL_VARIANTS:   # drawn afresh each time: the same verdicts and errors
+        clear_caches()
+        again.append(verify_pair(MATMUL, after, MATMUL_SIG))
+    assert first == again
+    sig = MATMUL_SIG
+    plans = plan_inputs(sig, [parse_program(MATMUL)])
+    kept = drawn(sig, sig.dumps(), plans, 3, 0)
+    fresh = draws_from_plans(sig, plans, 3, 0)
+    assert all(np.array_equal(kept[d][k], fresh[d][k]) and not kept[d][k].flags.writeable
+               for d in range(3) for k in fresh[d])
+
+
+def test_pairs_verified_apart_in_two_workers_get_the_grouped_verdicts():
+    """`verify_apart` (a search's state and the one it verifies ahead): one job per pair, so both
+    workers take one; the verdicts are those of `verify_pairs`, and each pair has its own limit."""
+    from gpu_tasks.pool import WorkerPool
+    from gpu_tasks.verify import pair_request, verify_apart, verify_pairs
+
+    requests = [pair_request(MATMUL, after, MATMUL_SIG) for after in (*MATMUL_VARIANTS, MATMUL_REVERSED)]
+    with WorkerPool(workers=2, timeout_s=60) as pool:
+        apart = verify_apart(requests, pool)
+        assert apart == verify_pairs(requests, pool)
+        unbuilt = pair_request(RELU, RELU, RELU_SIG)  # a build no worker holds yet: longer than the limit
+        limited = verify_apart([requests[0], unbuilt], pool, [None, 1e-4])
+    assert limited[0] == apart[0] and limited[1].status == "timeout"
+
+
 def test_renamed_programs_share_a_build():
     clear_caches()
     assert verify_pair(MATMUL, MATMUL_RENAMED, MATMUL_SIG).status == "exact"

@@ -55,8 +55,8 @@ class Fakes:
         return fake_time(root), fake_time(state), 0.01
 
 
-def search(driver: str, policy=None, budget=None, seed=0, fakes=None, **cfg):
-    fakes = fakes or Fakes()
+def search(driver: str, policy=None, budget=None, seed=0, fakes=None, failing: str = "", **cfg):
+    fakes = fakes or Fakes(failing)
     result = run(MATMUL, SIG, driver, policy or LibraryPolicy(per_strategy=4, per_site=2), fakes.verify,
                  fakes.measure, budget=budget or Budget(states=12), seed=seed, config=DriverConfig(**cfg))
     return result, fakes
@@ -87,6 +87,47 @@ def test_deterministic_for_a_seed(driver):
     a, _ = search(driver, policy=RandomPolicy(seed=3, per_strategy=4, per_site=2), seed=3)
     b, _ = search(driver, policy=RandomPolicy(seed=3, per_strategy=4, per_site=2), seed=3)
     assert summary(a) == summary(b) and a.best.text == b.best.text
+
+
+class SideBySide(Fakes):
+    """Fakes with `verify_many`, recording its batches; states with `failing` in them fail."""
+
+    def __init__(self, failing: str = ""):
+        super().__init__(failing)
+        self.batches: list[list[str]] = []
+
+    def verify_many(self, root: Program, states: list[Program]) -> list[str]:
+        self.batches.append([format_program(s) for s in states])
+        return [self.verify(root, s) for s in states]
+
+
+def ranked_library():
+    from search.cost_model import CostModel, RankedPolicy
+
+    return RankedPolicy(LibraryPolicy(per_strategy=4, per_site=2), CostModel(seed=0, min_samples=4))
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+@pytest.mark.parametrize("ranked", [False, True])
+def test_states_verified_ahead_leave_the_search_as_it_was(driver, ranked):
+    """With `verify_many`, each state is verified with the one most likely asked for next (the ranked
+    policy's next pick, a macro's next step); a kept verdict is used at that state's turn, so the
+    search reaches the same states, verdicts and speedups in the same order, and no reached state is
+    verified twice."""
+    policy = ranked_library if ranked else (lambda: LibraryPolicy(per_strategy=4, per_site=2))
+    plain, before = search(driver, policy=policy(), budget=Budget(states=24), failing="L^{4}")
+    fakes = SideBySide(failing="L^{4}")
+    result = run(MATMUL, SIG, driver, policy(), fakes.verify, fakes.measure, budget=Budget(states=24),
+                 config=DriverConfig(), verify_many=fakes.verify_many)
+    assert summary(result) == summary(plain)
+    assert [n.text for n in result.nodes] == [n.text for n in plain.nodes]
+    assert result.verified_ahead == len(fakes.batches) and all(len(b) == 2 for b in fakes.batches)
+    reached = [n.text for n in result.nodes[1:]]
+    assert sorted(set(before.verified)) == sorted(reached)
+    ahead = [b[1] for b in fakes.batches]
+    assert result.used_ahead == sum(t in reached for t in ahead) and (result.used_ahead > 0 or not ranked)
+    assert all(fakes.verified.count(t) == 1 for t in reached)       # a kept verdict is not asked for again
+    assert not set(ahead) & {b[0] for b in fakes.batches}           # never ahead of a state verified already
 
 
 def test_random_policy_depends_on_seed_only():

@@ -180,3 +180,5 @@ def test_default_beam_on_the_published_matmul_reaches_parallel_unit_stride_vecto
     reached = [n for n in result.nodes if n.accepted and parallel_and_unit_stride_vector(n.program)]
     assert reached, [n.action.strategy for n in result.nodes[1:]]
     assert all(n.status in ("exact", "close") for n in reached[0].path())   # every step on the way verified
+    # the pool's two workers verified states side by side, and the search used verdicts kept that way
+    assert result.verified_ahead > 0 and 0 < result.used_ahead <= result.verified_ahead
