@@ -30,11 +30,10 @@ def main() -> int:
 
     import numpy as np
 
-    from flows.cost_model import ranking_quality, ranking_set, training_rows
+    from flows.cost_model import parsed_states, ranking_quality, ranking_set, row_features, training_rows
     from flows.lake_queries import family_splits
-    from leir.parse import parse_program
     from search.analysis import DEFAULT_MACHINE, log2_speedup
-    from search.cost_model import FEATURE_NAMES, PriorModel, state_features
+    from search.cost_model import FEATURE_NAMES, PriorModel
     from strategies.analysis.cost import estimated_cycles
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -49,9 +48,9 @@ def main() -> int:
     if not train or not test:
         print(f"{args.lake}: no timed states in both splits; build the lake first (make run)")
         return 1
-    programs = [parse_program(r["leir"]) for r in rows]
+    programs = parsed_states(rows)
     start = time.perf_counter()
-    states = np.vstack([state_features(p) for p in programs])
+    states = row_features(rows, programs)
     featurise_ms = 1000 * (time.perf_counter() - start) / len(rows)
     start = time.perf_counter()
     model = PriorModel.train(states[train, :len(FEATURE_NAMES)], [math.log2(rows[i]["time_us"]) for i in train],

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
+from dataclasses import replace
+
+from leir.ast import Nest, Program
 
 MISSING = object()
 
@@ -48,3 +51,19 @@ class ObjectCache:
         """Whether some entry was computed from `obj`."""
         with self._lock:
             return any(entry[0] is obj for entry in self._entries.values())
+
+
+def share_nests(programs: Iterable[Program]) -> list[Program]:
+    """`programs` with every top-level nest that prints the same as an earlier one replaced by that
+    earlier object (equal text, equal tree: the parser is a function of the text). States parsed one by
+    one from a table share no objects; shared, the figures kept by nest (the static estimate) are
+    computed once per distinct nest of a program instead of once per state."""
+    from leir.printer import format_nest
+
+    seen: dict[str, Nest] = {}
+    out = []
+    for program in programs:
+        nests = tuple(seen.setdefault(format_nest(n), n) for n in program.nests)
+        same = all(a is b for a, b in zip(nests, program.nests, strict=True))
+        out.append(program if same else replace(program, nests=nests))
+    return out

@@ -105,3 +105,21 @@ def test_the_ranker_learns_a_programs_order_from_other_programs_states_and_the_m
     predicted = model.log2_speedup(programs[12], test)
     measured = [math.log2(rows[12]["time_us"] / r["time_us"]) for r in rows[12:]]
     assert np.corrcoef(predicted, measured)[0, 1] > 0.8  # calibrated: log2 units, the same direction
+
+
+def test_row_features_of_states_sharing_nests_are_those_of_states_parsed_apart():
+    """The stage parses a lake's states apart, shares their unchanged nests and estimates a program's
+    states together: the very same floats as each state on its own."""
+    import numpy as np
+
+    from flows.cost_model import parsed_states, row_features
+    from leir.parse import parse_program
+    from search.cost_model import state_features
+
+    two = "L^{64}_{a=0}[C^{f32,g}_{a}=exp(A^{f32,g}_{a})*2;];L^{64}_{a=0}[D^{f32,g}_{a}=C^{f32,g}_{a}+{rhs};];"
+    vec = "L^{16}_{a=0}V^{4}_{b=0}[C^{f32,g}_{a*4+b}=exp(A^{f32,g}_{a*4+b})*2;];"
+    texts = [two.replace("{rhs}", r) for r in ("1", "A^{f32,g}_{a}", "C^{f32,g}_{a}")]
+    texts.append(vec + two[two.index("];") + 2:].replace("{rhs}", "1"))
+    rows = [{"program_id": f"p{k % 2}", "state_id": f"s{k}", "leir": t} for k, t in enumerate(texts * 2)]
+    apart = np.vstack([state_features(parse_program(r["leir"])) for r in rows])
+    assert np.array_equal(row_features(rows, parsed_states(rows)), apart)

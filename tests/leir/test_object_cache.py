@@ -26,3 +26,19 @@ def test_the_least_recently_used_entry_goes_first():
     assert cache.get(a) == 1   # a used: b is now the oldest
     cache.put(c, 3)
     assert len(cache) == 2 and cache.get(b) is MISSING and cache.get(a) == 1 and cache.get(c) == 3
+
+
+TWO = "L^{4}_{a=0}[C^{f32,g}_{a}=A^{f32,g}_{a}*2;];L^{4}_{a=0}[D^{f32,g}_{a}=C^{f32,g}_{a}+{rhs};];"
+
+
+def test_states_parsed_apart_share_the_nests_they_print_alike():
+    from leir.object_cache import share_nests
+    from leir.printer import format_program
+
+    texts = [TWO.replace("{rhs}", r) for r in ("1", "3", "1")]
+    parsed = [parse_program(t) for t in texts]
+    shared = share_nests(parsed)
+    assert [format_program(p) for p in shared] == [format_program(p) for p in parsed]
+    assert shared[0].nests[0] is shared[1].nests[0] is shared[2].nests[0]   # the unchanged first nest
+    assert shared[0].nests[1] is not shared[1].nests[1]                     # the rewritten one
+    assert shared[2].nests[1] is shared[0].nests[1] and shared[0] is parsed[0]
