@@ -209,15 +209,11 @@ def overlapping_states(train_states: set[str], test_states: set[str]) -> dict[st
     """For each test state (LEIR text), whether every top-level nest of it has a twin among the nests
     of the train states with names and sizes abstracted (leir.canon.structure_hashes): a model trained
     on the train split has seen that structure, at other sizes or with other names."""
-    from leir.canon import structure_hashes
-    from leir.parse import parse_program
+    from leir.canon import structure_hashes_of
 
-    seen = {h for text in sorted(train_states) for h in structure_hashes(parse_program(text))}
-    out = {}
-    for text in sorted(test_states):
-        hashes = structure_hashes(parse_program(text))
-        out[text] = bool(hashes) and all(h in seen for h in hashes)
-    return out
+    hashes = structure_hashes_of([*sorted(train_states), *sorted(test_states)])
+    seen = {h for text in sorted(train_states) for h in hashes[text]}
+    return {text: bool(hashes[text]) and all(h in seen for h in hashes[text]) for text in sorted(test_states)}
 
 
 def select_steps(programs: pa.Table, steps: pa.Table, verifications: pa.Table,

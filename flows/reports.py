@@ -172,15 +172,15 @@ def nest_overlap(steps: pa.Table, splits: dict[str, str]) -> dict:
     before-states), how many have a twin in a train state (a released train step's before- or
     after-state) with names and sizes abstracted (leir.canon.structure_hashes): the partial overlap
     that a sample's `structural_overlap` flag (every nest seen) does not show."""
-    from leir.canon import structure_hashes
-    from leir.parse import parse_program
+    from leir.canon import structure_hashes_of
 
     rows = steps.select(["family", "before_leir", "after_leir"]).to_pylist()
     train = sorted({t for r in rows if splits.get(r["family"], "train") == "train" for t in (r["before_leir"],
                                                                                              r["after_leir"])})
     test = sorted({r["before_leir"] for r in rows if splits.get(r["family"]) == "test"})
-    seen = {h for text in train for h in structure_hashes(parse_program(text))}
-    nests = [h for text in test for h in structure_hashes(parse_program(text))]
+    hashes = structure_hashes_of([*train, *test])
+    seen = {h for text in train for h in hashes[text]}
+    nests = [h for text in test for h in hashes[text]]
     return {"test_states": len(test), "test_nests": len(nests), "test_nests_seen": sum(1 for h in nests if h in seen)}
 
 

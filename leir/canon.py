@@ -130,14 +130,35 @@ def structure_hashes(program: Program) -> list[str]:
     set to 0, and every integer literal set to 0 (subscript offsets and strides, guards: they follow
     from the extents). Float literals stay (they are the computation's constants). Done on the tree;
     what the split's structural-overlap check compares (flows.filtering)."""
-    out = []
-    for nest in program.nests:
-        shape_free = _without_sizes(nest)
-        alone = Program((shape_free,))
-        fresh = tensor_names()
-        tensors = {name: next(fresh) for name in tensor_order(alone)}
-        renamed = _rename_nest(shape_free, {}, tensors, _IndexAllocator())
-        out.append(hashlib.sha256(format_program(Program((renamed,))).encode()).hexdigest())
+    return [nest_structure_hash(nest) for nest in program.nests]
+
+
+def nest_structure_hash(nest: Nest) -> str:
+    """`structure_hashes` of one top-level nest (it depends on the nest alone)."""
+    shape_free = _without_sizes(nest)
+    alone = Program((shape_free,))
+    fresh = tensor_names()
+    tensors = {name: next(fresh) for name in tensor_order(alone)}
+    renamed = _rename_nest(shape_free, {}, tensors, _IndexAllocator())
+    return hashlib.sha256(format_program(Program((renamed,))).encode()).hexdigest()
+
+
+def structure_hashes_of(texts) -> dict[str, list[str]]:
+    """{LEIR text: its `structure_hashes`} for many states, each distinct nest hashed once: the states
+    of one program, parsed apart, share their unchanged nests (`leir.object_cache.share_nests`), and a
+    step rewrites one or two of them (the split's overlap check hashes every released state)."""
+    from leir.object_cache import share_nests
+    from leir.parse import parse_program
+
+    texts = list(dict.fromkeys(texts))
+    programs = share_nests(parse_program(t) for t in texts)  # alive while the memo is: ids stay unique
+    memo: dict[int, str] = {}
+    out = {}
+    for text, program in zip(texts, programs, strict=True):
+        for nest in program.nests:
+            if id(nest) not in memo:
+                memo[id(nest)] = nest_structure_hash(nest)
+        out[text] = [memo[id(nest)] for nest in program.nests]
     return out
 
 
@@ -173,4 +194,5 @@ def program_id(program: Program, signature: Signature) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-__all__ = ["known_tensors", "canonical_names", "canonical_text", "alpha_hash", "program_id", "structure_hashes"]
+__all__ = ["known_tensors", "canonical_names", "canonical_text", "alpha_hash", "program_id", "structure_hashes",
+           "nest_structure_hash", "structure_hashes_of"]

@@ -42,3 +42,16 @@ def test_states_parsed_apart_share_the_nests_they_print_alike():
     assert shared[0].nests[0] is shared[1].nests[0] is shared[2].nests[0]   # the unchanged first nest
     assert shared[0].nests[1] is not shared[1].nests[1]                     # the rewritten one
     assert shared[2].nests[1] is shared[0].nests[1] and shared[0] is parsed[0]
+
+
+def test_structure_hashes_of_many_states_are_each_states_own():
+    """The split's overlap check hashes every released state with each distinct nest hashed once; the
+    hashes are those of each state parsed and hashed alone."""
+    from leir.canon import structure_hashes, structure_hashes_of
+
+    texts = [TWO.replace("{rhs}", r) for r in ("1", "3", "1", "A^{f32,g}_{a}")]
+    texts.append(texts[1].replace("L^{4}", "L^{16}"))   # the same structures at another size
+    got = structure_hashes_of(texts)
+    assert list(got) == list(dict.fromkeys(texts))
+    assert all(got[t] == structure_hashes(parse_program(t)) for t in texts)
+    assert got[texts[4]] == got[texts[1]] and got[texts[0]][0] == got[texts[3]][0] != got[texts[3]][1]
