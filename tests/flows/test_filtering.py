@@ -210,6 +210,23 @@ def test_nest_overlap_counts_the_partial_overlap():
                                                                  "test_nests_seen": 1}
 
 
+def test_nest_overlap_is_computed_once_for_the_same_states(monkeypatch):
+    """The card asks twice per release and the release is written twice: the same states, one count."""
+    import leir.canon
+    from flows.reports import nest_overlap
+
+    calls = []
+    real = leir.canon.structure_hashes_of
+    monkeypatch.setattr(leir.canon, "structure_hashes_of", lambda texts: calls.append(1) or real(texts))
+    add = "L^{8}_{a=0}[D^{f32,g}_{a}=A^{f32,g}_{a}+C^{f32,g}_{a};];"
+    mul = "L^{16}_{c=0}[G^{f32,g}_{c}=E^{f32,g}_{c}*F^{f32,g}_{c};];"
+    steps = pa.table({"family": ["tr", "te"], "before_leir": [add, add + mul], "after_leir": [add, mul]})
+    first = nest_overlap(steps, {"tr": "train", "te": "test"})
+    assert nest_overlap(steps, {"tr": "train", "te": "test"}) == first and len(calls) == 1
+    swapped = nest_overlap(steps, {"tr": "test", "te": "train"})   # other states compared: counted again
+    assert len(calls) == 2 and swapped == {"test_states": 1, "test_nests": 1, "test_nests_seen": 1}
+
+
 def test_token_counts_are_qwen_ids():
     from flows.token_stats import count_tokens, encode
 
