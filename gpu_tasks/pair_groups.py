@@ -22,8 +22,8 @@ def group_key(request: PairRequest) -> tuple | None:
     return (request.signature, request.arch, request.draws, request.seed, tolerances, request.limits)
 
 
-def pair_groups(requests: list[PairRequest]) -> list[list[int]]:
-    """Indices of `requests` in groups (in order of first appearance, at most MAX_GROUP each); a pair
+def pair_groups(requests: list[PairRequest], max_group: int = MAX_GROUP) -> list[list[int]]:
+    """Indices of `requests` in groups (in order of first appearance, at most `max_group` each); a pair
     that cannot be grouped is a group of its own."""
     groups: list[list[int]] = []
     open_group: dict[tuple, list[int]] = {}
@@ -33,7 +33,7 @@ def pair_groups(requests: list[PairRequest]) -> list[list[int]]:
             groups.append([i])
             continue
         group = open_group.get(key)
-        if group is None or len(group) >= MAX_GROUP:
+        if group is None or len(group) >= max_group:
             group = open_group[key] = []
             groups.append(group)
         group.append(i)

@@ -16,7 +16,7 @@ import numpy as np
 
 from gpu_tasks.guard import DEFAULT_LIMITS, Limits
 from gpu_tasks.inputs import make_draws
-from gpu_tasks.pair_groups import pair_groups
+from gpu_tasks.pair_groups import MAX_GROUP, pair_groups
 from gpu_tasks.pool import Job, JobFailure, WorkerPool
 from gpu_tasks.requests import PairRequest, ReferenceRequest
 from gpu_tasks.verification import Verification, describe_error, failure
@@ -78,18 +78,19 @@ def verify_pair(before: ProgramLike, after: ProgramLike, signature: SignatureLik
     return verify_pairs([request], pool)[0]
 
 
-def verify_pairs(requests: Iterable[PairRequest], pool: WorkerPool | None = None) -> list[Verification]:
-    return list(iter_verify_pairs(requests, pool))
+def verify_pairs(requests: Iterable[PairRequest], pool: WorkerPool | None = None,
+                 max_group: int = MAX_GROUP) -> list[Verification]:
+    return list(iter_verify_pairs(requests, pool, max_group))
 
 
-def iter_verify_pairs(requests: Iterable[PairRequest], pool: WorkerPool | None = None
-                      ) -> Iterator[Verification]:
+def iter_verify_pairs(requests: Iterable[PairRequest], pool: WorkerPool | None = None,
+                      max_group: int = MAX_GROUP) -> Iterator[Verification]:
     """Verifications in input order, each as soon as it and all before it are done. Pairs with the
-    same signature and protocol are verified in groups (`gpu_tasks.group_verify`: the same verdicts,
-    each distinct nest built once); a group whose worker crashed or ran out of time is verified again
-    pair by pair, so that the pair at fault alone gets the crash or the time-out."""
+    same signature and protocol are verified in groups of at most `max_group` (`gpu_tasks.group_verify`:
+    the same verdicts, each distinct nest built once); a group whose worker crashed or ran out of time
+    is verified again pair by pair, so that the pair at fault alone gets the crash or the time-out."""
     requests = list(requests)
-    groups = pair_groups(requests)
+    groups = pair_groups(requests, max_group)
     done: dict[int, Verification] = {}
     position = 0
 

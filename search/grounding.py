@@ -48,7 +48,8 @@ def ground(root: str, signature: str, trajectories: list[list[str]], grounding: 
     states = list(dict.fromkeys([root, *(s for t in trajectories for s in t)]))
     requests = [pair_request(root, s, signature, target=grounding.target, draws=grounding.draws, seed=grounding.seed,
                              tolerances=grounding.tolerances) for s in states[1:]]
-    checks = verify_pairs(requests, pools.verify)
+    # the states of one root are one group: split in as many as the pool has workers, they go side by side
+    checks = verify_pairs(requests, pools.verify, max_group=max(1, -(-len(requests) // max(1, pools.verify.size))))
     position = {s: i for i, s in enumerate(states)}
     pairs = {(0, i) for i in range(1, len(states))}
     for t in trajectories:

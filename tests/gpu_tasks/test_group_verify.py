@@ -124,6 +124,18 @@ def test_the_pool_verifies_in_groups_and_returns_input_order():
     assert _as_json(iter_verify_pairs(requests)) == whole
 
 
+def test_smaller_groups_give_the_same_verdicts_side_by_side():
+    """The search's grounding splits one root's states in as many groups as the pool has workers."""
+    from gpu_tasks.pool import WorkerPool
+
+    requests = [r for r in _case_requests() if r.signature == _case_requests()[0].signature][:12]
+    assert len(requests) > 4 and len(pair_groups(requests)) == 1
+    assert [len(g) for g in pair_groups(requests, max_group=len(requests) // 2)] == [len(requests) // 2] * 2
+    whole = _as_json(verify_pair_job(r) for r in requests)
+    with WorkerPool(workers=2, timeout_s=60) as pool:
+        assert _as_json(iter_verify_pairs(requests, pool, max_group=len(requests) // 2)) == whole
+
+
 def test_pairs_outside_the_grouped_protocol_are_verified_alone():
     requests = [pair_request(MM, MM, MM_SIG), pair_request(MM, MM, MM_SIG, form="tensorir"),
                 pair_request(MM, MM, MM_SIG)]
