@@ -17,6 +17,7 @@ from leir.analysis import expression_depth
 from leir.lower.expr import (
     INDEX_DTYPE,
     ExprLowering,
+    fast_cells,
     identity_value,
     index_dtype,
     index_shape,
@@ -59,18 +60,58 @@ def _alloc(plan: Plan, name: str, ix: str):
     return buf
 
 
-def _emit(item, plan: Plan, buffers: dict, env: dict, ix: str) -> None:
+def _emit(item, plan: Plan, buffers: dict, env: dict, ix: str, cells=None) -> None:
+    """`item` in the current frame. `cells`: where its stores keep a fast call's operand
+    (`ExprLowering.cell`): None outside vector loops (a cell of one element in the store's frame),
+    else the `_LaneCells` of the enclosing vector loop."""
     if isinstance(item, PStore):
-        _emit_store(item, buffers, env, ix)
+        _emit_store(item, buffers, env, ix, cells)
         return
+    lanes = None
+    if item.kind == "vectorized":
+        # TVM's vectorizer reads a buffer allocated inside a vector loop as one element for every lane
+        # (each lane got the last lane's value): the loop's cells are allocated before it, one element
+        # per lane; a vector loop inside another gets none (its operands stay expressions)
+        count = _cells_needed(item) if cells is None else 0
+        lanes = [_local_cell((item.extent,), "float32") for _ in range(count)]
     with loop_frame(item, ix) as var:
         IRBuilder.name(python_name(item.var), var)
         inner_env = {**env, item.var: var}
         inner_buffers = buffers
         if item.allocs:
             inner_buffers = {**buffers, **{n: _alloc(plan, n, ix) for n in item.allocs}}
+        if lanes is not None:
+            cells = _LaneCells(lanes, var - tirx.const(item.start, ix) if item.start else var)
         for b in item.body:
-            _emit(b, plan, inner_buffers, inner_env, ix)
+            _emit(b, plan, inner_buffers, inner_env, ix, cells)
+
+
+class _LaneCells:
+    """The cells of one vector loop, given out in order to each of its stores (`ExprLowering.cell`)."""
+
+    def __init__(self, buffers: list, lane):
+        self.buffers, self.lane = buffers, lane
+
+    def for_store(self):
+        given = iter(self.buffers)
+
+        def cell(dtype: str):
+            buf = next(given, None)
+            return None if buf is None or str(buf.dtype) != dtype else (buf, [self.lane])
+        return cell
+
+
+def _cells_needed(loop: PLoop) -> int:
+    """The most cells one store inside `loop` uses (`leir.lower.expr.fast_cells`)."""
+    most, stack = 0, list(loop.body)
+    while stack:
+        item = stack.pop()
+        if isinstance(item, PStore):
+            if item.identity is None:
+                most = max(most, fast_cells(item.rhs))
+        else:
+            stack.extend(item.body)
+    return most
 
 
 def loop_frame(loop: PLoop, ix: str = INDEX_DTYPE):
@@ -83,9 +124,10 @@ def loop_frame(loop: PLoop, ix: str = INDEX_DTYPE):
     return _LOOP_FRAMES[loop.kind](start, stop)
 
 
-def _emit_store(store: PStore, buffers: dict, env: dict, ix: str) -> None:
+def _emit_store(store: PStore, buffers: dict, env: dict, ix: str, cells=None) -> None:
     buf = buffers[store.lhs.tensor]
-    lower = ExprLowering(buffers, env, tvm_dtype(store.lhs.dtype), store.where, ix)
+    lower = ExprLowering(buffers, env, tvm_dtype(store.lhs.dtype), store.where, ix,
+                         cell=_one_cell if cells is None else cells.for_store())
     if store.identity is not None:
         value = identity_value(store.identity, str(buf.dtype))
     else:
@@ -96,6 +138,11 @@ def _emit_store(store: PStore, buffers: dict, env: dict, ix: str) -> None:
 
 def _local_cell(shape, dtype: str):
     return T.alloc_buffer(shape, dtype, scope="local")
+
+
+def _one_cell(dtype: str):
+    """A one-element local buffer in the current frame and its subscript (`ExprLowering.cell`)."""
+    return _local_cell((1,), dtype), [0]
 
 
 def python_name(name: str) -> str:

@@ -33,6 +33,7 @@ import math
 
 import ml_dtypes
 from tvm import tirx
+from tvm.script.ir_builder import tirx as tb
 
 from leir.analysis import MAX_POWER_BY_MULTIPLICATION, integral_exponent
 from leir.ast import Access, And, BinOp, Call, Compare, Neg, Num, Or, Select, Var
@@ -311,6 +312,65 @@ def _data_dtype(e, buffers) -> str | None:
     return out
 
 
+def _children(node) -> tuple:
+    """Every operand of an expression or condition node, subscripts included."""
+    match node:
+        case Access(indices=ix):
+            return ix
+        case Select(cond=c, then=t, otherwise=o):
+            return (c, t, o)
+        case Compare(operands=xs):
+            return xs
+        case And(terms=ts) | Or(terms=ts):
+            return ts
+    return _value_children(node)
+
+
+def _holds_fast_call(e) -> bool:
+    """Whether `e` calls a fast extension (`fast_exp`, `fast_log`, `fast_erf`) anywhere."""
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Call) and node.fn in _FAST:
+            return True
+        stack.extend(_children(node))
+    return False
+
+
+def hoisted_fast_call(node: Call, guarded: set[int]) -> bool:
+    """Whether the lowering stores the operand of `node` in a cell (`ExprLowering._fast_operand`): a
+    fast call, outside the branches of a select (`guarded`), whose operand calls a fast extension."""
+    return node.fn in _FAST and id(node) not in guarded and any(_holds_fast_call(a) for a in node.args)
+
+
+def fast_cells(e) -> int:
+    """How many cells the lowering of the value `e` stores operands in (`hoisted_fast_call`)."""
+    if not _holds_fast_call(e):
+        return 0
+    guarded = guarded_calls(e)
+    count, stack = 0, [e]
+    while stack:
+        node = stack.pop()
+        count += isinstance(node, Call) and hoisted_fast_call(node, guarded)
+        stack.extend(_children(node))
+    return count
+
+
+def guarded_calls(e) -> set[int]:
+    """The ids of the calls of `e` inside a branch of a select (which runs only when it is chosen)."""
+    out: set[int] = set()
+    stack = [(e, False)]
+    while stack:
+        node, guarded = stack.pop()
+        if isinstance(node, Call) and guarded:
+            out.add(id(node))
+        if isinstance(node, Select):
+            stack += [(node.cond, guarded), (node.then, True), (node.otherwise, True)]
+        else:
+            stack += [(c, guarded) for c in _children(node)]
+    return out
+
+
 def _value_children(node) -> tuple:
     match node:
         case BinOp(lhs=a, rhs=b):
@@ -343,9 +403,16 @@ class ExprLowering:
     (`("index", e)`, `("value", e, lit)`, `("cond", c)`, lowered left to right) and a function that
     combines their results."""
 
-    def __init__(self, buffers: dict, env: dict, lhs_dtype: str, where: str, index_dtype: str = INDEX_DTYPE):
+    def __init__(self, buffers: dict, env: dict, lhs_dtype: str, where: str, index_dtype: str = INDEX_DTYPE,
+                 cell=None):
         self.buffers, self.env, self.lhs_dtype, self.where = buffers, env, lhs_dtype, where
         self.index_dtype = index_dtype
+        # `cell(dtype)` gives a local buffer and the subscripts of this iteration's element in it (one
+        # per lane of an enclosing vector loop), or None: with it, the operand of a fast call that
+        # holds another fast call is stored in a cell and read back (`_fast_operand`); without it
+        # (the block form), everything stays one expression
+        self.cell = cell
+        self._value, self._guarded = None, None  # the value being lowered, and its calls in select branches
 
     def fail(self, what: str):
         raise LoweringError(f"{self.where}: {what}")
@@ -356,6 +423,7 @@ class ExprLowering:
         return self._lower(("index", e))
 
     def value(self, e, lit: str | None = None):
+        self._value, self._guarded = e, None
         return self._lower(("value", e, lit or self.lhs_dtype))
 
     def cond(self, c):
@@ -437,7 +505,7 @@ class ExprLowering:
             case BinOp(op=op, lhs=a, rhs=b):
                 return [("value", a, lit), ("value", b, lit)], lambda x, y: self._binop(op, x, y, lit)
             case Call(fn=fn, args=args):
-                return [("value", a, lit) for a in args], lambda *xs: self._call(fn, list(xs), lit)
+                return [("value", a, lit) for a in args], lambda *xs: self._call(fn, list(xs), lit, e)
             case Select(cond=c, then=t, otherwise=o):
                 return [("value", t, lit), ("value", o, lit), ("cond", c)], _select
         self.fail(f"not a value expression: {_text(e)}")
@@ -460,9 +528,32 @@ class ExprLowering:
         explicitly (BF16_WORK); any other dtype rounds by itself."""
         return round_to_bfloat16(result) if lit == "bfloat16" and dtype_of(result) == BF16_WORK else result
 
-    def _call(self, fn: str, args: list, lit: str):
-        out = self.call(fn, args)
+    def _call(self, fn: str, args: list, lit: str, node: Call | None = None):
+        out = self.call(fn, args, node)
         return out if fn in ("abs", "max", "min") else self.settle(out, lit)
+
+    def _fast_operand(self, x, node: Call | None):
+        """The float32 operand `x` of the fast call `node`. TVM's code generator simplifies each bound
+        value of a function with every earlier binding substituted, so a fast form whose operand holds
+        another fast form (each binds its operand and intermediates with `Let`) grew the work
+        exponentially with the nesting: mish's `fast_exp(fast_log(1+fast_exp(x)))` took 1.5 s to
+        build and four levels more than 20 s. Such an operand is stored in a one-element local buffer
+        of the current frame and read back: the generator does not look through a load, the value is
+        the same float32, and LLVM keeps it in a register (a vector loop's lanes each have their
+        element: a single element would be one lane's value for all). Not for a call in a branch of a
+        select (only the chosen branch runs: a store before the select would run both)."""
+        if self.cell is None or node is None or not any(_holds_fast_call(a) for a in node.args):
+            return x
+        if self._guarded is None:
+            self._guarded = guarded_calls(self._value)
+        if id(node) in self._guarded:
+            return x
+        given = self.cell("float32")
+        if given is None:
+            return x
+        cell, indices = given
+        tb.buffer_store(cell, x, indices)
+        return tirx.BufferLoad(cell, indices)
 
     def _binop(self, op: str, x, y, lit: str):
         dt = promote(dtype_of(x), dtype_of(y))
@@ -520,7 +611,7 @@ class ExprLowering:
         out = tirx.pow(cast(x, work), cast(y, work))
         return self.settle(cast(out, dt), lit) if is_float(dt) else out
 
-    def call(self, fn: str, args: list):
+    def call(self, fn: str, args: list, node: Call | None = None):
         if fn in _MATH:
             x = args[0]
             work = _math_dtype(dtype_of(x))
@@ -528,7 +619,7 @@ class ExprLowering:
             return cast(out, dtype_of(x)) if is_float(dtype_of(x)) else out
         if fn in _FAST:
             x = args[0]
-            out = _FAST[fn](cast(x, "float32"))
+            out = _FAST[fn](self._fast_operand(cast(x, "float32"), node))
             return cast(out, dtype_of(x)) if is_float(dtype_of(x)) else out
         if fn == "abs":
             x = args[0]

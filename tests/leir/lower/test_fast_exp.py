@@ -122,3 +122,57 @@ def test_mish_with_every_fast_form_lowers_without_the_ieee_check_and_stays_close
     got = run_numpy(text, sig, {"C": x})["D"]
     want = x * np.tanh(np.log1p(np.exp(x.astype(np.float64))))
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
+
+
+def _chain(loops: str, body: str = "fast_exp(1+fast_log(1+fast_exp(A^{f32,g}_{a*16+c})))") -> tuple[str, dict]:
+    sig = {"tensors": [{"name": "A", "shape": [256], "dtype": "float32", "role": "input"},
+                       {"name": "C", "shape": [256], "dtype": "float32", "role": "output"}]}
+    return f"{loops}[C^{{f32,g}}_{{a*16+c}}={body};];", sig
+
+
+@pytest.mark.parametrize("loops", ["L^{16}_{a=0}V^{16}_{c=0}", "L^{16}_{a=0}L^{16}_{c=0}", "P^{16}_{a=0}V^{16}_{c=0}",
+                                   "V^{16}_{c=0}L^{16}_{a=0}"])
+def test_a_fast_operand_holding_a_fast_call_is_kept_in_a_cell_of_its_lane(loops):
+    """fast_exp(1+fast_log(1+fast_exp(x))): each operand that holds a fast form is stored in a local
+    cell and read back, so that the code generator does not simplify the inner polynomial into the
+    outer one's every use (three levels took 16 s to build at -O3 and ran 8x slower). In a vector loop
+    the cells are allocated before it with an element per lane (allocated inside, every lane read the
+    last lane's value); elsewhere a one-element cell in the statement's loop. The values are the same
+    in every loop form and within float32 rounding of the exact function."""
+    from leir.lower.api import lower_to_script, run_numpy
+
+    text, sig = _chain(loops)
+    script = lower_to_script(text, sig)
+    assert ("T.vectorized" in script) == loops.endswith("V^{16}_{c=0}")  # a vector loop must be innermost
+    if "T.vectorized" in script:  # two cells of 16 elements, before the vector loop
+        assert script.count("T.alloc_local(") == script.count("T.alloc_local((16,))") == 2
+        assert script.rindex("T.alloc_local((16,))") < script.index("T.vectorized(16)")
+    else:  # two one-element cells (printed as local scalars) in the loop
+        assert "T.alloc_local(" not in script and script.count(": T.float32 = ") == 2
+    x = np.linspace(-3, 3, 256, dtype=np.float32)
+    got = run_numpy(text, sig, {"A": x})["C"]
+    want = np.exp(1 + np.log(1 + np.exp(x.astype(np.float64))))
+    np.testing.assert_allclose(got, want, rtol=3e-6)
+    serial = run_numpy(*_chain("L^{16}_{a=0}L^{16}_{c=0}"), {"A": x})["C"]
+    np.testing.assert_array_equal(got, serial)
+
+
+def test_a_fast_call_in_a_select_branch_keeps_its_operand_inline():
+    """A branch of a select runs only when it is chosen: a store of its operand before the select would
+    compute it for every element (a branch may read what only its condition makes valid), so such an
+    operand stays in the expression; the one in the condition, which always runs, is kept in a cell."""
+    from leir.lower.api import lower_to_script, run_numpy
+    from leir.lower.expr import fast_cells
+    from leir.parse import parse_program
+
+    nested = "fast_exp(1+fast_exp(A^{f32,g}_{a*16+c}))"
+    branch = f"if_then_else(A^{{f32,g}}_{{a*16+c}}>0,{nested},0)"
+    cond = f"if_then_else({nested}>3,1,0)"
+    for body, cells in ((branch, 0), (cond, 1), (f"{nested}+{branch}", 1)):
+        text, sig = _chain("L^{16}_{a=0}V^{16}_{c=0}", body)
+        assert fast_cells(parse_program(text).nests[0].body[0].rhs) == cells
+        assert lower_to_script(text, sig).count("T.alloc_local((16,))") == cells
+    text, sig = _chain("L^{16}_{a=0}V^{16}_{c=0}", branch)
+    x = np.linspace(-3, 3, 256, dtype=np.float32)
+    want = np.where(x > 0, np.exp(1 + np.exp(x.astype(np.float64))), 0.0)
+    np.testing.assert_allclose(run_numpy(text, sig, {"A": x})["C"], want, rtol=3e-6)
