@@ -23,15 +23,15 @@ measure of a state that runs in a microsecond, nor of a step that fuses or split
 
 Builds are made as a program is deployed (TVM's default LLVM optimisation; the per-call argument
 checks left out, see TIMING_PASS_CONFIG), and first, outside the machine's timing lock, on every
-core: TVM's compiler releases the GIL, so a thread per core compiles the group's states side by side.
+core: TVM's compiler releases the GIL, so a thread per core compiles the group's states side by side,
+in one module per thread.
 """
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-from gpu_tasks.cache import TIMING_PASS_CONFIG, BuildCache, Built
+from gpu_tasks.cache import TIMING_PASS_CONFIG, BuildCache
 from gpu_tasks.effect import DEFAULT_WHOLE_BELOW_US, DEFAULT_WHOLE_CHANGED_BELOW_US, compared_whole
 from gpu_tasks.guard import DEFAULT_LIMITS, Limits
 from gpu_tasks.inputs import draw_inputs, plan_from_facts
@@ -39,6 +39,7 @@ from gpu_tasks.jobs import VerificationFailed, load_program, load_signature
 from gpu_tasks.machine_lock import timing_lock
 from gpu_tasks.runner import device_for, make_arguments
 from gpu_tasks.threads import logical_cpus
+from gpu_tasks.unit_build import UnitFunction, compile_units
 from gpu_tasks.timing_session import (  # noqa: F401 (re-exported: the timing API lives here)
     GroupTiming,
     Sampler,
@@ -157,7 +158,7 @@ def _time_whole_states(loaded: dict, signature, request: StateGroupRequest, outc
         try:
             device = device_for(request.target)
             args = make_arguments(signature, inputs, device)  # inputs are never written: one set for all
-            evaluators = [Sampler(built[i].executable.mod, "main", device, int(request.min_repeat_ms))
+            evaluators = [Sampler(built[i].executable.mod, built[i].name, device, int(request.min_repeat_ms))
                           for i in ready]
             position = {i: k for k, i in enumerate(ready)}
             live = [(position[b], position[a]) for b, a in pairs if b in position and a in position]
@@ -179,14 +180,15 @@ def _time_whole_states(loaded: dict, signature, request: StateGroupRequest, outc
                        round(time.perf_counter() - measure_start, 3), len(ready))
 
 
-def _build_all(loaded: dict, signature, request: StateGroupRequest) -> dict[int, Built | str]:
-    """Each loaded state's executable (deploy options), or the build error's text. Lowering runs here
-    (Python); compiling runs in threads, one per core, each distinct function once."""
-    cache = BuildCache(capacity=max(1, len(loaded)), pass_config=TIMING_PASS_CONFIG,
-                       llvm_opt_level=request.llvm_opt_level)
+def _build_all(loaded: dict, signature, request: StateGroupRequest) -> dict[int, UnitFunction | str]:
+    """Each loaded state's function (deploy options), or the build error's text. Lowering runs here
+    (Python); compiling runs on a thread per core, the states in one module per thread
+    (`gpu_tasks.unit_build.compile_units`: LLVM's fixed cost per module paid a few times per group,
+    not once per state; a module that fails is compiled again state by state)."""
+    cache = BuildCache(capacity=1, pass_config=TIMING_PASS_CONFIG, llvm_opt_level=request.llvm_opt_level)
     target = cache.target(request.target, request.arch)
     funcs: dict[int, object] = {}
-    out: dict[int, Built | str] = {}
+    out: dict[int, UnitFunction | str] = {}
     from leir.lower import lower_to_primfunc
 
     for i, state in loaded.items():
@@ -194,14 +196,9 @@ def _build_all(loaded: dict, signature, request: StateGroupRequest) -> dict[int,
             funcs[i] = lower_to_primfunc(state.program, signature, target_kind=request.target, form=request.form)
         except Exception as e:
             out[i] = f"state {i}: {describe_error(e)}"
-    threads = request.build_threads or logical_cpus()
-
-    def compile_one(i: int) -> tuple[int, Built | str]:
-        try:
-            return i, cache._compile(funcs[i], target)
-        except Exception as e:
-            return i, f"state {i}: {describe_error(e)}"
-
-    with ThreadPoolExecutor(max_workers=max(1, threads)) as ex:
-        out.update(ex.map(compile_one, sorted(funcs)))
+    order = sorted(funcs)
+    compiled = compile_units([funcs[i] for i in order], target, TIMING_PASS_CONFIG,
+                             request.build_threads or logical_cpus())
+    for i, function in zip(order, compiled, strict=True):
+        out[i] = f"state {i}: {function.split(': ', 1)[1]}" if isinstance(function, str) else function
     return out
