@@ -420,6 +420,7 @@ class ExprLowering:
     # --- entry points ------------------------------------------------------------------------------
 
     def index(self, e):
+        self._value, self._guarded = e, None
         return self._lower(("index", e))
 
     def value(self, e, lit: str | None = None):
@@ -427,9 +428,11 @@ class ExprLowering:
         return self._lower(("value", e, lit or self.lhs_dtype))
 
     def cond(self, c):
+        self._value, self._guarded = c, None
         return self._lower(("cond", c))
 
     def load(self, acc: Access):
+        self._value, self._guarded = acc, None
         return self._lower(("load", acc))
 
     def var(self, name: str):
