@@ -39,7 +39,6 @@ from gpu_tasks.jobs import VerificationFailed, load_program, load_signature
 from gpu_tasks.machine_lock import timing_lock
 from gpu_tasks.runner import device_for, make_arguments
 from gpu_tasks.threads import logical_cpus
-from gpu_tasks.unit_build import UnitFunction, compile_units
 from gpu_tasks.timing_session import (  # noqa: F401 (re-exported: the timing API lives here)
     GroupTiming,
     Sampler,
@@ -50,6 +49,7 @@ from gpu_tasks.timing_session import (  # noqa: F401 (re-exported: the timing AP
     state_time,
     undecided_states,
 )
+from gpu_tasks.unit_build import UnitFunction, compile_units
 from gpu_tasks.verification import describe_error
 
 DEFAULT_MIN_ROUNDS = 5
