@@ -24,12 +24,12 @@ A = "A^{f32,g}_{tx,c*16+a}"
 
 
 def mish(exp: str, log: str) -> str:
-    """Mish as the translation writes it (softplus clamped to [-20, 20], tanh from two exps) in a loop of
-    16 lanes."""
+    """Mish as the translation writes it (softplus clamped to [-20, 20], tanh from two exps into the
+    intermediates E and F) in a vector loop of 16 lanes."""
     sp = f"min(max({log}(1+{exp}({A})),-20),20)"
-    return (f"B^{{256}}_{{tx=0}}L^{{48}}_{{c=0}}V^{{16}}_{{a=0}}[E^{{f32,l}}_{{0}}={exp}({sp});"
-            f"F^{{f32,l}}_{{0}}={exp}(-{sp});C^{{f32,g}}_{{tx,c*16+a}}={A}*((E^{{f32,l}}_{{0}}-F^{{f32,l}}_{{0}})/"
-            f"(E^{{f32,l}}_{{0}}+F^{{f32,l}}_{{0}}));];")
+    e, f = A.replace("A^", "E^"), A.replace("A^", "F^")
+    return (f"B^{{256}}_{{tx=0}}L^{{48}}_{{c=0}}V^{{16}}_{{a=0}}[{e}={exp}({sp});{f}={exp}(-{sp});"
+            f"C^{{f32,g}}_{{tx,c*16+a}}={A}*(({e}-{f})/({e}+{f}));];")
 
 
 def nested(depth: int) -> str:
@@ -64,7 +64,10 @@ def main() -> None:
     x = np.linspace(-8, 8, 256 * 768, dtype=np.float32).reshape(256, 768)
     want = x * np.tanh(np.log1p(np.exp(x.astype(np.float64))))
     timers = {}
+    from leir.lower.api import lower_to_script
+
     for name, text in variants.items():
+        assert "T.vectorized(16)" in lower_to_script(text, SIG), "the loop should stay a vector loop"
         built, seconds = build(text)
         a, c = tvm.runtime.tensor(x), tvm.runtime.empty((256, 768), "float32")
         built.executable["main"](a, c)

@@ -590,10 +590,10 @@ def _fast_forms(nest: Nest) -> dict:
     erf as polynomials) where the nest calls erf or log; else `exp: fast`. One scalar library call per
     element costs, per float32 element on one core (AMD EPYC Zen 4, 128x128, cycles at 3.5 GHz): erf
     29, log 12, exp 7; their fast forms 1-2 in vector code (a GELU tail behind a 128^3 matmul: 239 us
-    with erf, 14 us with fast_erf). Mish's nest (256x768, one core, AMD EPYC Zen 4): 1,908 us with
-    the library's exp and log, 837 us with fast_exp around the library's log, 527 us with fast_log
-    nested in fast_exp, now that a nested fast form's operand is kept in a cell (it took 2.8 s to build
-    before)."""
+    with erf, 14 us with fast_erf). Mish's nest in a vector loop (256x768, one core, AMD EPYC Zen 4): 2,008 us with
+    the library's exp and log, 904 us with fast_exp around the library's log, 571 us with fast_log
+    nested in fast_exp, now that a nested fast form's operand is kept in a cell (718 us and 3.6 s to
+    build before; benchmarks/bench_fast_forms.py)."""
     called = {n.fn for s in body_statements(nest) for n in walk_expr(s[0].rhs) if isinstance(n, Call)}
     return {"math": "fast"} if called & {"erf", "log"} else {"exp": "fast"}
 

@@ -299,8 +299,8 @@ LOG_SOFTMAX_TAIL = parse_program("B^{64}_{tx=0}L^{256}_{a=0}"
 def test_row_kernel_computes_erf_and_log_in_their_fast_forms_and_every_step_verifies(
         program, signature, fast):
     """erf as one scalar library call per element made a GELU tail 17x slower than fast_erf in vector
-    code; the row kernel asks for `math: fast` where a nest calls erf or log (mish's nest: 837 µs with
-    fast_exp around the library's log, 527 µs all fast, benchmarks/bench_fast_forms.py)."""
+    code; the row kernel asks for `math: fast` where a nest calls erf or log (mish's nest: 904 µs with
+    fast_exp around the library's log, 571 µs all fast, benchmarks/bench_fast_forms.py)."""
     from gpu_tasks.verify import verify_pair
 
     macros = row_kernels(Context(program, signature), AVX512)
