@@ -182,9 +182,9 @@ def _time_whole_states(loaded: dict, signature, request: StateGroupRequest, outc
 
 def _build_all(loaded: dict, signature, request: StateGroupRequest) -> dict[int, UnitFunction | str]:
     """Each loaded state's function (deploy options), or the build error's text. Lowering runs here
-    (Python); compiling runs on a thread per core, the states in one module per thread
-    (`gpu_tasks.unit_build.compile_units`: LLVM's fixed cost per module paid a few times per group,
-    not once per state; a module that fails is compiled again state by state)."""
+    (Python); compiling runs on a thread per core, the states in one module per thread, as a group's
+    nest units are (`gpu_tasks.unit_build.compile_units`; a module that fails is compiled again state
+    by state)."""
     cache = BuildCache(capacity=1, pass_config=TIMING_PASS_CONFIG, llvm_opt_level=request.llvm_opt_level)
     target = cache.target(request.target, request.arch)
     funcs: dict[int, object] = {}
@@ -198,7 +198,6 @@ def _build_all(loaded: dict, signature, request: StateGroupRequest) -> dict[int,
             out[i] = f"state {i}: {describe_error(e)}"
     order = sorted(funcs)
     compiled = compile_units([funcs[i] for i in order], target, TIMING_PASS_CONFIG,
-                             request.build_threads or logical_cpus())
-    for i, function in zip(order, compiled, strict=True):
-        out[i] = f"state {i}: {function.split(': ', 1)[1]}" if isinstance(function, str) else function
+                             request.build_threads or logical_cpus(), names=[f"state {i}" for i in order])
+    out.update(zip(order, compiled, strict=True))
     return out

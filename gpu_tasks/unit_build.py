@@ -98,10 +98,10 @@ class UnitFunction:
         return self.call(*args)
 
 
-def compile_units(funcs: list, target, pass_config: dict, threads: int = 1) -> list:
-    """Each unit's callable `UnitFunction` (or its build error's text): the units in one module per
-    build thread, compiled side by side; a module that fails is compiled again unit by unit, so that
-    one bad unit fails alone."""
+def compile_units(funcs: list, target, pass_config: dict, threads: int = 1, names: list[str] | None = None) -> list:
+    """Each unit's callable `UnitFunction` (or its build error's text, `names[u]: why`, by default
+    `nest unit u: why`): the units in one module per build thread, compiled side by side; a module
+    that fails is compiled again unit by unit, so that one bad unit fails alone."""
     threads = max(1, min(threads, len(funcs)))
     chunks = [list(range(k, len(funcs), threads)) for k in range(threads)]
 
@@ -114,7 +114,7 @@ def compile_units(funcs: list, target, pass_config: dict, threads: int = 1) -> l
                 try:
                     out.update(_compile_module(funcs, [u], target, pass_config))
                 except Exception as e:
-                    out[u] = f"nest unit {u}: {describe_error(e)}"
+                    out[u] = f"{names[u] if names else f'nest unit {u}'}: {describe_error(e)}"
             return out
 
     functions: dict[int, object] = {}

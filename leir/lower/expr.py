@@ -545,11 +545,11 @@ class ExprLowering:
         the same float32, and LLVM keeps it in a register (a vector loop's lanes each have their
         element: a single element would be one lane's value for all). Not for a call in a branch of a
         select (only the chosen branch runs: a store before the select would run both)."""
-        if self.cell is None or node is None or not any(_holds_fast_call(a) for a in node.args):
+        if self.cell is None or node is None:
             return x
         if self._guarded is None:
             self._guarded = guarded_calls(self._value)
-        if id(node) in self._guarded:
+        if not hoisted_fast_call(node, self._guarded):
             return x
         given = self.cell("float32")
         if given is None:
