@@ -6,7 +6,11 @@ element), the vector width, the parallel extent, unrolling, local-scope accumula
 exponentials are computed and whether they are the vectorisable `fast_exp`. Each statement's
 features are weighted by its share of the program's iterations, so the heaviest statement decides.
 `state_features` adds the static estimate of `strategies.analysis.cost` under weighings that each keep
-one of its parts (`ESTIMATE_PARTS`) and the search's analytic estimate.
+one of its parts (`ESTIMATE_PARTS`), the search's analytic estimate, and the figures that estimate is
+weighed from (`figure_features`: the carried chain, bytes per execution, strided accesses, reuse
+distance against the caches, independent accumulators inside the reduction, index arithmetic,
+guards, the vector loop's bits and gathers, and program totals of work, traffic and the
+intermediate tensors between nests).
 
 `PriorModel` is the offline model learned from a lake: a regressor of log2 µs (it ranks programs)
 and a ranker (`rank:pairwise` over the states of each program beside their original, on
@@ -28,10 +32,11 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from leir.analysis import access_strides, element_bytes, statement_sites, tensor_boxes
-from leir.ast import Call, Program, accesses, walk_expr
+from leir.ast import BinOp, Call, Program, Select, accesses, walk_expr
+from leir.object_cache import MISSING, ObjectCache
 from search.analysis import DEFAULT_MACHINE, Machine, log2_cycles, log2_speedup
 from search.drivers import Action, Node, Policy
-from strategies.analysis.cost import ESTIMATE, Estimate, estimated_cycles_each
+from strategies.analysis.cost import ESTIMATE, Estimate, estimated_cycles_each, statement_cost
 from strategies.base import Context
 
 DIVERSITY = 0.35  # log2 of predicted speedup a repeated kind of move gives up per earlier one
@@ -61,8 +66,16 @@ ESTIMATE_PARTS: tuple[tuple[str, Estimate], ...] = (
     ("one_core", replace(ESTIMATE, cores=1, parallel_start=0.0)),
     ("flat_cache", replace(ESTIMATE, l1=2.0, l2=2.0, memory=2.0)),
 )
+# Per statement (weighed by its share of the program's iterations), then program totals.
+STATEMENT_FIGURE_NAMES: tuple[str, ...] = (
+    "chain", "log_bytes_per_execution", "strided_share", "reuse_beyond_l1", "reuse_beyond_l2", "log_reuse_distance",
+    "log_accumulators", "log_reduction_extent", "loops_inside_reduction", "index_ops", "index_divisions", "selects",
+    "log_vector_bits", "vector_over_reduction", "vector_gathers")
+FIGURE_FEATURE_NAMES: tuple[str, ...] = STATEMENT_FIGURE_NAMES + (
+    "log_traffic", "log_ops", "log_calls", "log_intermediate_bytes", "n_tensors", "heaviest_nest_share",
+    "heavy_nests")
 STATE_FEATURE_NAMES: tuple[str, ...] = (FEATURE_NAMES + tuple(f"log_cycles_{n}" for n, _ in ESTIMATE_PARTS)
-                                        + ("log_cycles_search",))
+                                        + ("log_cycles_search",) + FIGURE_FEATURE_NAMES)
 # A state beside its program's original: its own features and how each differs from the original's.
 RANKING_FEATURE_NAMES: tuple[str, ...] = STATE_FEATURE_NAMES + tuple(f"delta_{n}" for n in STATE_FEATURE_NAMES)
 RANKER_PARAMS = {"objective": "rank:pairwise", "max_depth": 6, "eta": 0.1, "rounds": 300}
@@ -124,12 +137,111 @@ def program_features(program: Program) -> np.ndarray:
 
 
 def state_features(program: Program, features: np.ndarray | None = None) -> np.ndarray:
-    """`program_features` (`features` where they were computed already) and the log2 of each static
-    estimate (order: STATE_FEATURE_NAMES)."""
+    """`program_features` (`features` where they were computed already), the log2 of each static
+    estimate and `figure_features` (order: STATE_FEATURE_NAMES)."""
     cycles = estimated_cycles_each(program, range(len(program.nests)), "llvm", tuple(e for _, e in ESTIMATE_PARTS))
     tree = program_features(program) if features is None else features
     return np.concatenate([tree, [math.log2(max(1.0, c)) for c in cycles],
-                           [log2_cycles(program, DEFAULT_MACHINE)]])
+                           [log2_cycles(program, DEFAULT_MACHINE)], figure_features(program)])
+
+
+# Each top-level nest's statement figures, kept by nest as the static estimate's are
+# (`strategies.analysis.cost._NEST_CYCLES`): a search featurises hundreds of states of one program,
+# which share most of their nests. Guarded by the shapes of the tensors the nest accesses.
+_NEST_FIGURES = ObjectCache(8192)
+
+
+@dataclass(frozen=True)
+class _StatementFigures:
+    iterations: int
+    values: tuple[float, ...]   # STATEMENT_FIGURE_NAMES, unweighted
+    ops: int                    # arithmetic operations, transcendental calls and bytes moved, all executions
+    calls: int
+    traffic: int
+    writes: tuple[str, str]     # (tensor, dtype) of the left-hand side
+    reads: tuple[str, ...]      # tensors of the right-hand side
+
+
+def _statement_figures(site, shapes: dict) -> _StatementFigures:
+    cost = statement_cost(site, shapes, "llvm")
+    loops, n = site.loops, cost.executions
+    values = dict.fromkeys(STATEMENT_FIGURE_NAMES, 0.0)
+    values["chain"] = float(cost.chain)
+    values["log_bytes_per_execution"] = math.log2(1 + cost.loaded + cost.stored)
+    values["strided_share"] = cost.strided / max(1, len(cost.strides))
+    if cost.reuse:
+        distance = max(r.distance or 0 for r in cost.reuse)
+        values["log_reuse_distance"] = math.log2(1 + distance)
+        values["reuse_beyond_l1"] = float(distance > DEFAULT_MACHINE.l1_bytes)
+        values["reuse_beyond_l2"] = float(distance > DEFAULT_MACHINE.l2_bytes)
+    reduction = set(cost.reduction)
+    if reduction:  # the loops inside the innermost reduction loop: independent accumulators
+        last = max(k for k, lp in enumerate(loops) if lp.var in reduction)
+        values["log_accumulators"] = math.log2(math.prod(lp.extent for lp in loops[last + 1:]))
+        values["log_reduction_extent"] = math.log2(math.prod(lp.extent for lp in loops if lp.var in reduction))
+        values["loops_inside_reduction"] = float(len(loops) - 1 - last)
+    accs = [*accesses(site.stmt.lhs), *accesses(site.stmt.rhs)]
+    index_ops = [node for a in accs for ix in a.indices for node in walk_expr(ix) if isinstance(node, BinOp)]
+    values["index_ops"] = float(len(index_ops))
+    values["index_divisions"] = float(sum(node.op in ("/", "//", "%") for node in index_ops))
+    values["selects"] = float(sum(isinstance(node, Select) for node in walk_expr(site.stmt.rhs)))
+    vector = next((lp for lp in loops if lp.kind == "V"), None)
+    if vector is not None:
+        values["log_vector_bits"] = math.log2(vector.extent * 8 * element_bytes(site.stmt.lhs.dtype))
+        values["vector_over_reduction"] = float(vector.var in reduction)
+        strides = [access_strides(shapes.get(a.tensor), a) for a in accs]
+        gathers = sum(st is None or abs(st.get(vector.var, 0)) > 1 for st in strides)
+        values["vector_gathers"] = gathers / max(1, len(accs))
+    return _StatementFigures(n, tuple(values.values()), cost.ops * n, cost.calls * n, (cost.loaded + cost.stored) * n,
+                             (site.stmt.lhs.tensor, site.stmt.lhs.dtype),
+                             tuple(a.tensor for a in accesses(site.stmt.rhs)))
+
+
+def _nest_figures(nest, sites: list, shapes: dict) -> tuple[_StatementFigures, ...]:
+    boxes = tuple((name, shapes.get(name)) for name in dict.fromkeys(
+        a.tensor for site in sites for a in (*accesses(site.stmt.lhs), *accesses(site.stmt.rhs))))
+    kept = _NEST_FIGURES.get(nest, boxes)
+    if kept is MISSING:
+        kept = tuple(_statement_figures(site, shapes) for site in sites)
+        _NEST_FIGURES.put(nest, kept, boxes)
+    return kept
+
+
+def figure_features(program: Program) -> np.ndarray:
+    """What the static estimate's figures (`strategies.analysis.cost.statement_cost`) say of the
+    program (order: FIGURE_FEATURE_NAMES): per statement, weighed by its share of the program's
+    iterations, whether the innermost loop carries a chain, bytes per execution, the share of strided
+    accesses, the reuse distance (and whether it is beyond L1 / L2), the independent accumulators and
+    loops inside the innermost reduction loop and the reduction's extent, index arithmetic (divisions
+    apart), guards, and the vector loop's bits, whether it runs over a reduction and its share of
+    gathers; then the program's operations, calls and bytes moved (log2), the bytes of intermediate
+    tensors (written by one top-level nest, read by another), the number of tensors, and the heaviest
+    nest's share of the iterations and the nests above 5% of them."""
+    shapes = tensor_boxes(program)
+    by_nest: dict[int, list] = {}
+    for site in statement_sites(program):
+        by_nest.setdefault(site.nest_index, []).append(site)
+    per_nest = {k: _nest_figures(program.nests[k], sites, shapes) for k, sites in by_nest.items()}
+    total = sum(s.iterations for figs in per_nest.values() for s in figs) or 1
+    weighted = np.zeros(len(STATEMENT_FIGURE_NAMES))
+    ops = calls = traffic = 0
+    nest_share: dict[int, float] = {}
+    written: dict[str, tuple[str, set[int]]] = {}  # tensor: (first dtype written, nests that write it)
+    read: dict[str, set[int]] = {}
+    for k, figs in per_nest.items():
+        for s in figs:
+            w = s.iterations / total
+            weighted += w * np.asarray(s.values)
+            ops, calls, traffic = ops + s.ops, calls + s.calls, traffic + s.traffic
+            nest_share[k] = nest_share.get(k, 0.0) + w
+            written.setdefault(s.writes[0], (s.writes[1], set()))[1].add(k)
+            for t in s.reads:
+                read.setdefault(t, set()).add(k)
+    intermediate = sum(math.prod(shapes[t]) * element_bytes(dtype) for t, (dtype, nests) in written.items()
+                       if shapes.get(t) and read.get(t, set()) - nests)
+    totals = (math.log2(1 + traffic), math.log2(1 + ops), math.log2(1 + calls), math.log2(1 + intermediate),
+              len(shapes), max(nest_share.values(), default=0.0), sum(v > 0.05 for v in nest_share.values()))
+    return np.concatenate([weighted, np.asarray(totals, dtype=np.float64)])
 
 
 def ranking_matrix(root: np.ndarray, states: np.ndarray) -> np.ndarray:

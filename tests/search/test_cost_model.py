@@ -71,6 +71,50 @@ def test_features_read_loop_kinds_strides_and_exps_from_the_tree():
     assert np.array_equal(program_features(parse_program(MM)), program_features(parse_program(MM)))
 
 
+def figure(leir: str, name: str) -> float:
+    from search.cost_model import FIGURE_FEATURE_NAMES, figure_features
+
+    return float(figure_features(parse_program(leir))[FIGURE_FEATURE_NAMES.index(name)])
+
+
+def test_figure_features_see_the_chain_the_accumulators_the_vector_loop_and_the_intermediates():
+    # the naive matmul: the reduction c innermost carries a chain, no accumulators inside it
+    assert figure(MM, "chain") == 1.0 and figure(MM, "log_accumulators") == 0.0
+    assert figure(MM, "log_reduction_extent") == 7.0 and figure(MM, "loops_inside_reduction") == 0.0
+    # the tuned one: c outside a 8 x 32 tile of independent accumulators, 32 float32 lanes = 1024 bits
+    tuned = ("P^{16}_{g=0}L^{4}_{h=0}L^{128}_{c=0}L^{8}_{tx=0}V^{32}_{a=0}[D^{f32,g}_{g*8+tx,h*32+a}="
+             "D^{f32,g}_{g*8+tx,h*32+a}+A^{f32,g}_{g*8+tx,c}*C^{f32,g}_{c,h*32+a};];")
+    assert figure(tuned, "chain") == 0.0 and figure(tuned, "log_accumulators") == 8.0
+    assert figure(tuned, "loops_inside_reduction") == 2.0 and figure(tuned, "log_vector_bits") == 10.0
+    assert figure(tuned, "vector_over_reduction") == 0.0 and figure(tuned, "vector_gathers") == 0.0
+    assert figure(tuned, "index_ops") > figure(MM, "index_ops") == 0.0
+    # two nests through an intermediate E (4 x 8 float32: 128 bytes); fused, nothing goes between nests
+    two = "L^{4}_{a=0}L^{8}_{b=0}[E^{f32,g}_{a,b}=exp(A^{f32,g}_{a,b});];L^{4}_{a=0}L^{8}_{b=0}[C^{f32,g}_{a,b}=E^{f32,g}_{a,b}*2;];"
+    fused = "L^{4}_{a=0}L^{8}_{b=0}[E^{f32,g}_{a,b}=exp(A^{f32,g}_{a,b});C^{f32,g}_{a,b}=E^{f32,g}_{a,b}*2;];"
+    assert figure(two, "log_intermediate_bytes") == pytest.approx(np.log2(129))
+    assert figure(fused, "log_intermediate_bytes") == 0.0
+    assert figure(two, "heavy_nests") == 2.0 and figure(two, "heaviest_nest_share") == 0.5
+    assert figure(fused, "heavy_nests") == 1.0 and figure(fused, "heaviest_nest_share") == 1.0
+    # a vector loop across a strided access is a gather; a select is a guard
+    gather = "L^{8}_{a=0}V^{8}_{b=0}[C^{f32,g}_{a,b}=A^{f32,g}_{b,a};];"
+    assert figure(gather, "vector_gathers") == 0.5 and figure(gather, "strided_share") == 0.5
+    guarded = "L^{8}_{a=0}[C^{f32,g}_{a}=if_then_else(a<4,A^{f32,g}_{a},0);];"
+    assert figure(guarded, "selects") == 1.0
+
+
+def test_figure_features_kept_by_nest_equal_those_computed_afresh():
+    from search.cost_model import _NEST_FIGURES, figure_features
+
+    rows = recorded("beam_library")[:12]
+    first = [figure_features(parse_program(leir)) for leir, _ in rows]
+    _NEST_FIGURES._entries.clear()
+    again = [figure_features(parse_program(leir)) for leir, _ in rows]
+    assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
+    # the same program object twice: the second comes from the kept nests and is the same
+    program = parse_program(rows[-1][0])
+    assert np.array_equal(figure_features(program), figure_features(program))
+
+
 def test_model_trained_on_one_search_ranks_another_searchs_states():
     train, held_out = recorded("beam_library"), recorded("mcts_library_model")
     assert len(train) >= 40 and len(held_out) >= 40
