@@ -36,7 +36,14 @@ from leir.ast import BinOp, Call, Program, Select, accesses, walk_expr
 from leir.object_cache import MISSING, ObjectCache
 from search.analysis import DEFAULT_MACHINE, Machine, log2_cycles, log2_speedup
 from search.drivers import Action, Node, Policy
-from strategies.analysis.cost import ESTIMATE, Estimate, estimated_cycles_each, statement_cost
+from strategies.analysis.cost import (
+    ESTIMATE,
+    Estimate,
+    StatementCost,
+    accessed_boxes,
+    estimated_cycles_each,
+    nest_statement_costs,
+)
 from strategies.base import Context
 
 DIVERSITY = 0.35  # log2 of predicted speedup a repeated kind of move gives up per earlier one
@@ -162,8 +169,7 @@ class _StatementFigures:
     reads: tuple[str, ...]      # tensors of the right-hand side
 
 
-def _statement_figures(site, shapes: dict) -> _StatementFigures:
-    cost = statement_cost(site, shapes, "llvm")
+def _statement_figures(site, shapes: dict, cost: StatementCost) -> _StatementFigures:
     loops, n = site.loops, cost.executions
     values = dict.fromkeys(STATEMENT_FIGURE_NAMES, 0.0)
     values["chain"] = float(cost.chain)
@@ -198,11 +204,11 @@ def _statement_figures(site, shapes: dict) -> _StatementFigures:
 
 
 def _nest_figures(nest, sites: list, shapes: dict) -> tuple[_StatementFigures, ...]:
-    boxes = tuple((name, shapes.get(name)) for name in dict.fromkeys(
-        a.tensor for site in sites for a in (*accesses(site.stmt.lhs), *accesses(site.stmt.rhs))))
+    boxes = accessed_boxes(sites, shapes)
     kept = _NEST_FIGURES.get(nest, boxes)
     if kept is MISSING:
-        kept = tuple(_statement_figures(site, shapes) for site in sites)
+        costs = nest_statement_costs(nest, sites, shapes, "llvm")
+        kept = tuple(_statement_figures(site, shapes, cost) for site, cost in zip(sites, costs, strict=True))
         _NEST_FIGURES.put(nest, kept, boxes)
     return kept
 

@@ -286,17 +286,36 @@ def estimated_cycles_each(program: Program, nests: range, target: str, estimates
 _NEST_CYCLES = ObjectCache(8192)
 
 
+_NEST_COSTS = ObjectCache(8192)
+
+
+def accessed_boxes(sites: list, shapes: dict) -> tuple:
+    """The shapes of the tensors the statements at `sites` access, in order of first access: what
+    their figures depend on beyond the statements themselves (the guard of the caches kept by nest)."""
+    return tuple((name, shapes.get(name)) for name in dict.fromkeys(
+        a.tensor for site in sites for a in (*accesses(site.stmt.lhs), *accesses(site.stmt.rhs))))
+
+
+def nest_statement_costs(nest, sites: list, shapes: dict, target: str) -> tuple[StatementCost, ...]:
+    """`statement_cost` of each statement of `nest` (its `sites`, in order), kept by nest: the static
+    estimate and the cost model's figure features both read them."""
+    boxes = accessed_boxes(sites, shapes)
+    kept = _NEST_COSTS.get(nest, boxes, target)
+    if kept is MISSING:
+        kept = tuple(statement_cost(site, shapes, target) for site in sites)
+        _NEST_COSTS.put(nest, kept, boxes, target)
+    return kept
+
+
 def _nest_statement_cycles(nest, sites: list, shapes: dict, target: str, estimates: tuple[Estimate, ...]
                            ) -> tuple[tuple[float, ...], ...]:
     """Per statement of `nest` (its `sites`, in order), its cycles under each of `estimates`."""
-    boxes = tuple((name, shapes.get(name)) for name in dict.fromkeys(
-        a.tensor for site in sites for a in (site.stmt.lhs, *accesses(site.stmt.rhs))))
+    boxes = accessed_boxes(sites, shapes)
     kept = _NEST_CYCLES.get(nest, boxes, (target, estimates))
     if kept is not MISSING:
         return kept
     out, written = [], set()
-    for site in sites:
-        cost = statement_cost(site, shapes, target)
+    for site, cost in zip(sites, nest_statement_costs(nest, sites, shapes, target), strict=True):
         out.append(tuple(_statement_cycles(site, shapes, written, target, e, cost) for e in estimates))
         written.add(site.stmt.lhs.tensor)
     result = tuple(out)

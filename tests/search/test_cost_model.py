@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from leir import Signature, parse_program
+from leir.analysis import statement_sites
 from search.cost_model import FEATURE_NAMES, CostModel, RankedPolicy, program_features, rank_by_model
 from search.drivers import Action, DriverConfig, Node, Policy, run
 from strategies.base import Context
@@ -113,6 +114,26 @@ def test_figure_features_kept_by_nest_equal_those_computed_afresh():
     # the same program object twice: the second comes from the kept nests and is the same
     program = parse_program(rows[-1][0])
     assert np.array_equal(figure_features(program), figure_features(program))
+
+
+def test_a_state_s_statement_costs_are_computed_once_for_the_estimate_and_the_figures(monkeypatch):
+    """`state_features` reads each statement's costs twice (the static estimate, the figure features):
+    on a program never seen, each statement's `statement_cost` runs once."""
+    import search.cost_model
+    import strategies.analysis.cost as cost
+    from search.cost_model import state_features
+
+    calls = []
+    real = cost.statement_cost
+    counted = lambda site, *a: calls.append(site.stmt) or real(site, *a)  # noqa: E731
+    monkeypatch.setattr(cost, "statement_cost", counted)
+    monkeypatch.setattr(search.cost_model, "statement_cost", counted, raising=False)  # wherever it is called
+    program = parse_program(recorded("beam_library")[5][0])
+    state_features(program)
+    statements = [s.stmt for s in statement_sites(program)]
+    assert len(statements) >= 1 and calls == statements
+    state_features(program)  # the same nests again: nothing recomputed
+    assert calls == statements
 
 
 def test_model_trained_on_one_search_ranks_another_searchs_states():
