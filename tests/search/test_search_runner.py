@@ -38,6 +38,7 @@ def pools():
         yield p
 
 
+@pytest.mark.timing
 def test_greedy_matmul_speedup_is_re_measurable(pools):
     from gpu_tasks.timing import time_pair
 
@@ -170,9 +171,11 @@ def test_budget_object_and_settings(pools):
     assert result["states_verified"] == 2 and result["stopped"] == "states"
 
 
+@pytest.mark.timing
 def test_default_beam_on_the_published_matmul_reaches_parallel_unit_stride_vector_code(pools):
     """Issue 27's command with real verification and timing (structure, not time): the B-form
-    matmul 128^3, beam, library policy ranked (defaults), seed 1; a small budget."""
+    matmul 128^3, beam, library policy ranked (defaults), seed 1; a small budget. Marked `timing`:
+    the beam keeps the states its clock ranks first, and a starved clock ranks parallel states last."""
     from test_search_drivers import MM128, SIG128, parallel_and_unit_stride_vector
 
     result = run_search(MM128, SIG128, "beam", budget=12, seed=1, pools=pools, as_result=True,
