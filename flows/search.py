@@ -210,12 +210,14 @@ def _catalogue_module(p: dict, params: Params):
     raise LookupError(f"no catalogue instance of {p['workload']} with {shape}")
 
 
-def torch_references(programs: list[dict], params: Params, modes) -> dict[str, dict | str]:
+def torch_references(programs: list[dict], params: Params, modes,
+                     kept: dict[str, dict[str, int]] | None = None) -> dict[str, dict | str]:
     """{program_id: the PyTorch reference columns (gpu_tasks.torch_timing.reference_times: eager, then
     `torch.compile` in each of `modes`), or why there are none}, timed in a fresh process (spawned, one
     for all the programs) so that nothing the stage's process did before (searches, worker pools,
     tuning, the stages before it in one `steptp run`) is in the figure. In the release build's process,
-    eager took 192 µs on the matmul 128^3 that `make run`'s process timed at 35 µs."""
+    eager took 192 µs on the matmul 128^3 that `make run`'s process timed at 35 µs. `kept`: a re-time
+    of those figures at the thread counts they kept (gpu_tasks.torch_timing.reference_rows)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -227,12 +229,13 @@ def torch_references(programs: list[dict], params: Params, modes) -> dict[str, d
         # the process keeps its freed blocks, as a caching allocator would (gpu_tasks/torch_timing.py)
         with caching_malloc(), ProcessPoolExecutor(max_workers=1,
                                                    mp_context=multiprocessing.get_context("spawn")) as pool:
-            return pool.submit(_torch_times, programs, params, tuple(modes)).result()
+            return pool.submit(_torch_times, programs, params, tuple(modes), kept).result()
     except Exception as e:  # the process itself failed (killed, out of memory): every row says so
         return {p["program_id"]: f"timing process: {_describe(e)}" for p in programs}
 
 
-def _torch_times(programs: list[dict], params: Params, modes: tuple[str, ...]) -> dict[str, dict | str]:
+def _torch_times(programs: list[dict], params: Params, modes: tuple[str, ...],
+                 kept: dict[str, dict[str, int]] | None = None) -> dict[str, dict | str]:
     from gpu_tasks.torch_timing import reference_rows
 
     out: dict[str, dict | str] = {}
@@ -242,7 +245,7 @@ def _torch_times(programs: list[dict], params: Params, modes: tuple[str, ...]) -
             built[p["program_id"]] = _catalogue_module(p, params)
         except Exception as e:  # reported, never hidden
             out[p["program_id"]] = _describe(e)
-    return {**out, **reference_rows(built, modes)}
+    return {**out, **reference_rows(built, modes, kept=kept)}
 
 
 # A PyTorch reference is refused (kept in the row with the reason, never plotted or compared) when its
@@ -314,6 +317,8 @@ def references(programs: list[dict], params: Params, cfg: dict, best: dict[str, 
     """PyTorch eager on every searched program; MetaSchedule's figures on the first `reference_programs`.
     `best` maps a program to the LEIR of the search's best state, timed in MetaSchedule's session. A
     part that fails leaves its figures null and says why in `error` (`part: Type: message; ...`)."""
+    from gpu_tasks.torch_timing import kept_threads
+
     out = []
     trials = int(cfg["metaschedule_trials"])
     modes = tuple(cfg["torch_compile_modes"] or ())
@@ -354,11 +359,11 @@ def references(programs: list[dict], params: Params, cfg: dict, best: dict[str, 
                 errors.append(f"relax: {_describe(e)}")
         row["error"] = "; ".join(errors) or None
         out.append(row)
-    # the same references again in a second fresh process, after the tuning: a figure that moved is
-    # refused (a starved thread pool, a neighbour), never plotted
+    # the same references again in a second fresh process, after the tuning, each at the thread count
+    # it kept: a figure that moved is refused (a starved thread pool, a neighbour), never plotted
     timed = [p for p in programs if isinstance(torch_refs[p["program_id"]], dict)]
     say(f"search: the PyTorch references of {len(timed)} programs again, in a second fresh process")
-    again = torch_references(timed, params, modes)
+    again = torch_references(timed, params, modes, kept_threads(torch_refs))
     return [checked_references(row, again.get(row["program_id"], "not timed")) if row["torch_eager_us"] else row
             for row in out]
 

@@ -98,11 +98,13 @@ def process_threads() -> int:
 BLOCK_S = 1e-2  # each timed block runs the call back to back for at least this long
 
 
-def time_callable(fn, inputs, min_run_time: float = 0.5, cores: int | None = None) -> TorchTime:
+def time_callable(fn, inputs, min_run_time: float = 0.5, cores: int | None = None,
+                  at_threads: int | None = None) -> TorchTime:
     """`fn(*inputs)` timed with one thread and with `cores` (every core) threads; the faster kept.
     Blocks of at least BLOCK_S (a 100 µs call timed one at a time spreads by a third from jitter
     alone; 2 ms blocks on a noisy 2-core VM by a quarter), at least 5 of them and `min_run_time`
-    seconds in all per thread count."""
+    seconds in all per thread count. `at_threads`: that thread count alone (a re-time of a figure
+    whose thread count is known)."""
     import torch
     from torch.utils import benchmark
 
@@ -111,7 +113,7 @@ def time_callable(fn, inputs, min_run_time: float = 0.5, cores: int | None = Non
     before = torch.get_num_threads()
     try:
         with torch.no_grad():
-            for threads in sorted({1, cores}):
+            for threads in ([at_threads] if at_threads else sorted({1, cores})):
                 # the thread count is set once for all the blocks: set per block (as Timer.timeit does
                 # when it differs), resizing the OpenMP pool cost 0.7 ms a block
                 torch.set_num_threads(threads)
@@ -155,22 +157,54 @@ def compiled(module, inputs, mode: str):
     return fn, seconds
 
 
-def reference_rows(built: dict, modes=COMPILE_MODES, min_run_time: float = 0.5) -> dict[str, dict | str]:
+def prefix_of(mode: str) -> str:
+    """The columns' prefix of a reference: `torch_eager`, `torch_compile` (the default mode),
+    `torch_compile_max_autotune`."""
+    return "torch_eager" if mode == "eager" else "torch_compile" + ("" if mode == "default" else
+                                                                     "_" + mode.replace("-", "_"))
+
+
+# A re-time (`kept`) times each figure with the thread count its first time kept, for this long: one
+# thread count and 0.15 s where the first time took two and 0.5 s each (its blocks still at least 5 of
+# BLOCK_S). It checks the figure, it does not choose again.
+RECHECK_RUN_TIME = 0.15
+
+
+def reference_rows(built: dict, modes=COMPILE_MODES, min_run_time: float = 0.5,
+                   kept: dict[str, dict[str, int]] | None = None) -> dict[str, dict | str]:
     """{key: the row's columns, or why there are none} for `built` ({key: (module, inputs)}): every
     eager figure first, before anything is compiled in this process (the threads a compilation
     leaves behind moved a conv2d's eager time by 1.5x), then each compile mode: `torch_eager_*`,
     `torch_compile_*` (default mode) and `torch_compile_max_autotune_*`, with `*_s` the compile time;
-    a mode that fails leaves its figures out and says why in `torch_errors`."""
+    a mode that fails leaves its figures out and says why in `torch_errors`.
+
+    `kept` ({key: {prefix: threads}}, the thread counts a first time kept): a re-time of those
+    figures, each with its kept thread count alone for RECHECK_RUN_TIME seconds; a figure not in
+    `kept` is not re-timed."""
     out: dict[str, dict | str] = {}
     for key, (module, inputs) in built.items():
         try:
-            out[key] = eager_times(module, inputs, min_run_time)
+            out[key] = eager_times(module, inputs, min_run_time, threads_of(kept, key, "eager"))
         except Exception as e:  # reported, never hidden
             out[key] = describe(e)
     for key, (module, inputs) in built.items():
         if isinstance(out[key], dict):
-            out[key].update(compiled_times(module, inputs, modes, min_run_time))
+            wanted = [m for m in modes if kept is None or threads_of(kept, key, m)]
+            out[key].update(compiled_times(module, inputs, wanted, min_run_time,
+                                           {m: threads_of(kept, key, m) for m in wanted}))
     return out
+
+
+def threads_of(kept: dict | None, key: str, mode: str) -> int | None:
+    """The thread count `kept` holds for `key`'s `mode` figure (None: time with both)."""
+    return (kept or {}).get(key, {}).get(prefix_of(mode))
+
+
+def kept_threads(rows: dict[str, dict | str]) -> dict[str, dict[str, int]]:
+    """{key: {prefix: the thread count it kept}} of `reference_rows`' rows: what a re-time repeats."""
+    return {key: {p: row[f"{p}_threads"] for p in map(prefix_of, ("eager", *COMPILE_MODES))
+                  if row.get(f"{p}_threads")}
+            for key, row in rows.items() if isinstance(row, dict)}
 
 
 def describe(e: Exception) -> str:
@@ -178,21 +212,27 @@ def describe(e: Exception) -> str:
     return f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
 
 
-def eager_times(module, inputs, min_run_time: float = 0.5) -> dict:
-    """The `torch_eager_*` columns and the process's thread count before it timed."""
+def eager_times(module, inputs, min_run_time: float = 0.5, threads: int | None = None) -> dict:
+    """The `torch_eager_*` columns and the process's thread count before it timed; `threads`: a
+    re-time with that thread count alone (RECHECK_RUN_TIME)."""
+    run_time = RECHECK_RUN_TIME if threads else min_run_time
     return {"torch_process_threads": process_threads(), "torch_allocator": allocator(),
-            **time_callable(module, inputs, min_run_time).to_row("torch_eager")}
+            **time_callable(module, inputs, run_time, at_threads=threads).to_row("torch_eager")}
 
 
-def compiled_times(module, inputs, modes=COMPILE_MODES, min_run_time: float = 0.5) -> dict:
-    """The `torch_compile*` columns of each mode in `modes`, and `torch_errors`."""
+def compiled_times(module, inputs, modes=COMPILE_MODES, min_run_time: float = 0.5,
+                   threads: dict[str, int | None] | None = None) -> dict:
+    """The `torch_compile*` columns of each mode in `modes`, and `torch_errors`; `threads` ({mode:
+    thread count}): re-times with those thread counts alone (RECHECK_RUN_TIME)."""
     row: dict = {}
     errors = []
     for mode in modes:
-        prefix = "torch_compile" if mode == "default" else "torch_compile_" + mode.replace("-", "_")
+        prefix = prefix_of(mode)
+        alone = (threads or {}).get(mode)
         try:
             fn, seconds = compiled(module, inputs, mode)
-            row.update(time_callable(fn, inputs, min_run_time).to_row(prefix))
+            row.update(time_callable(fn, inputs, RECHECK_RUN_TIME if alone else min_run_time,
+                                     at_threads=alone).to_row(prefix))
             row[f"{prefix}_s"] = round(seconds, 2)
         except Exception as e:  # reported in the row, never hidden
             errors.append(f"{mode}: {describe(e)}")

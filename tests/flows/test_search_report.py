@@ -46,7 +46,7 @@ def fake_parts(monkeypatch):
         return {"metaschedule_us": 12.0, "metaschedule_vm_us": 30.0, "kernels": 1}
 
     monkeypatch.setattr(search, "_catalogue_module", lambda p, params: ("module", ["inputs"]))
-    monkeypatch.setattr(search, "torch_references", lambda programs, params, modes: {
+    monkeypatch.setattr(search, "torch_references", lambda programs, params, modes, kept=None: {
         p["program_id"]: {"torch_eager_us": 40.0, "torch_eager_spread": 0.01, "torch_compile_us": 30.0,
                           "torch_compile_spread": 0.02, "torch_errors": None} for p in programs})
     monkeypatch.setattr(gpu_tasks.metaschedule, "tensorir_reference", tensorir)
@@ -142,6 +142,24 @@ def test_eager_is_timed_in_a_fresh_process_with_its_threads_runs_and_spread_and_
     assert search.torch_references([], load_params(), ()) == {}
 
 
+def test_the_second_process_re_times_each_figure_at_the_thread_count_it_kept(fake_parts, monkeypatch):
+    calls = []
+
+    def timed(programs, params, modes, kept=None):
+        calls.append((tuple(modes), kept))
+        return {p["program_id"]: {"torch_eager_us": 40.0, "torch_eager_threads": 1, "torch_eager_spread": 0.01,
+                                  "torch_compile_us": 30.0, "torch_compile_threads": 2, "torch_compile_spread": 0.02,
+                                  "torch_errors": None} if p["program_id"] == "p1" else "ValueError: bad"
+                for p in programs}
+
+    monkeypatch.setattr(search, "torch_references", timed)
+    rows = search.references([PROGRAM, {**PROGRAM, "program_id": "p2"}], load_params(),
+                             {**search.DEFAULTS, "reference_programs": 0})
+    modes = tuple(search.DEFAULTS["torch_compile_modes"])
+    assert calls == [(modes, None), (modes, {"p1": {"torch_eager": 1, "torch_compile": 2}})]  # p2 failed: not again
+    assert rows[0]["torch_eager_check"] == rows[0]["torch_compile_check"] == "ok" and rows[1]["torch_eager_us"] is None
+
+
 def test_a_reference_is_refused_when_it_is_spread_or_moves_in_a_second_process():
     first = {"torch_eager_us": 40.0, "torch_eager_spread": 0.05, "torch_compile_us": 30.0,
              "torch_compile_spread": 0.65, "torch_compile_max_autotune_us": None}
@@ -167,7 +185,7 @@ def test_refused_references_are_not_compared_or_plotted(tmp_path):
 
 
 def test_a_failed_eager_time_is_reported_beside_the_other_figures(fake_parts, monkeypatch):
-    monkeypatch.setattr(search, "torch_references", lambda programs, params, modes: {
+    monkeypatch.setattr(search, "torch_references", lambda programs, params, modes, kept=None: {
         p["program_id"]: "ImportError: no torch" for p in programs})
     [row] = search.references([PROGRAM], load_params(), {**search.DEFAULTS, "metaschedule_relax": False})
     assert row["torch_eager_us"] is None and row["error"] == "eager: ImportError: no torch"
@@ -208,7 +226,7 @@ def test_torch_compile_is_timed_after_its_compile_and_checked_against_eager():
     assert row["torch_compile_threads"] in (1, os.cpu_count()) and row["torch_compile_runs"] >= 1
 
 
-def _exits(programs, params, modes):
+def _exits(programs, params, modes, kept=None):
     import os
 
     os._exit(3)

@@ -42,3 +42,19 @@ def test_caching_malloc_sets_the_environment_for_the_block_only(monkeypatch):
         assert allocator() == "glibc, freed blocks kept"
     assert os.environ["MALLOC_MMAP_MAX_"] == "7" and "MALLOC_TRIM_THRESHOLD_" not in os.environ
     assert allocator() == "glibc default"
+
+
+def test_a_re_time_repeats_the_thread_count_each_figure_kept_and_only_the_figures_it_names():
+    import torch
+
+    from gpu_tasks.torch_timing import kept_threads, reference_rows
+
+    module, inputs = torch.nn.Linear(64, 64), (torch.ones(8, 64),)
+    first = reference_rows({"k": (module, inputs)}, (), min_run_time=0.05)
+    assert sorted(first["k"]["torch_eager_us_by_threads"]) == sorted({"1", str(os.cpu_count())})  # both counts
+    kept = kept_threads({"k": {**first["k"], "torch_eager_threads": 1}, "bad": "ValueError: no module"})
+    assert kept == {"k": {"torch_eager": 1}}
+    again = reference_rows({"k": (module, inputs)}, ("default",), kept=kept)
+    assert list(again["k"]["torch_eager_us_by_threads"]) == ["1"] and again["k"]["torch_eager_threads"] == 1
+    assert again["k"]["torch_eager_runs"] >= 5 and again["k"]["torch_eager_us"] > 0
+    assert "torch_compile_us" not in again["k"]  # the default mode kept no figure: not compiled, not re-timed
