@@ -123,6 +123,24 @@ def write_table(lake: Path, table: str, results: dict[str, list[dict]]) -> int:
     return sum(len(r) for r in results.values())
 
 
+def prepared_ahead(chunks: list, prepare, ahead: bool = True):
+    """`prepare(chunk)` of each of `chunks`, in order, the next one computed in a thread while the
+    caller works on the current one (verifies it in the worker pool: the shard's Python work and the
+    pool's then overlap on the two cores). `ahead=False`: each in turn, in this thread (where the
+    caller verifies in this process, whose LEIR caches are not shared across threads)."""
+    if not ahead:
+        yield from map(prepare, chunks)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prepared-ahead") as pool:
+        pending = pool.submit(prepare, chunks[0]) if chunks else None
+        for k in range(len(chunks)):
+            current = pending.result()
+            pending = pool.submit(prepare, chunks[k + 1]) if k + 1 < len(chunks) else None
+            yield current
+
+
 def group(rows: list[dict], key) -> dict[str, list[dict]]:
     """Rows by key(row), in key order."""
     out: dict[str, list[dict]] = {}

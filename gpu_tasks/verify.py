@@ -181,7 +181,13 @@ def verify_against_references(items: Iterable[tuple], pool: WorkerPool | None = 
     """Many originals at once, each `(program, signature, reference_fn)` or `(..., own_fn)`
     (`options` as for `verify_against_reference`): the references run here one after the other, the
     programs in parallel in `pool`."""
-    prepared = [reference_request(*item, **options) for item in items]
+    return verify_requests([reference_request(*item, **options) for item in items], pool)
+
+
+def verify_requests(prepared: Sequence[ReferenceRequest | Verification], pool: WorkerPool | None = None
+                    ) -> list[Verification]:
+    """The verdict of each of `prepared` (`reference_request`'s answers): a request is run in `pool`
+    (in parallel) or here, a verdict already reached is kept."""
     requests = [r for r in prepared if isinstance(r, ReferenceRequest)]
     if pool is None:
         done = iter([verify_reference_job(r) for r in requests])
