@@ -62,22 +62,21 @@ def main() -> int:
     rows = programs(params, args.families)
     modes = tuple(args.modes)
     print(f"{len(rows)} modules, eager + torch.compile {', '.join(modes) or '(none)'}", flush=True)
-    walls, results = {}, {}
-    for name, kept in (("first", None), ("re-time, both thread counts (before)", None),
-                       ("re-time, the kept thread count (now)", "kept")):
+    def timed(label: str, kept=None) -> tuple[dict, float]:
         start = time.perf_counter()
-        results[name] = search.torch_references(rows, params, modes,
-                                                kept_threads(results["first"]) if kept else None)
-        walls[name] = time.perf_counter() - start
-        print(f"  {name}: {walls[name]:.1f} s", flush=True)
-    first = results["first"]
+        found = search.torch_references(rows, params, modes, kept)
+        wall = time.perf_counter() - start
+        print(f"  {label}: {wall:.1f} s", flush=True)
+        return found, wall
+
+    first, first_s = timed("first")
+    before, before_s = timed("re-time, both thread counts (before)")
+    now, now_s = timed("re-time, the kept thread count (now)", kept_threads(first))
     compile_s = sum(r.get(k) or 0 for r in first.values() if isinstance(r, dict)
                     for k in ("torch_compile_s", "torch_compile_max_autotune_s"))
-    before, now = (results[k] for k in list(results)[1:])
     figures = sum(1 for r in first.values() if isinstance(r, dict) for p in search.TORCH_PREFIXES if r.get(f"{p}_us"))
-    print(f"first time: {walls['first']:.1f} s, of which compiling {compile_s:.1f} s; {figures} figures")
-    print(f"re-time: {walls[list(walls)[1]]:.1f} s before, {walls[list(walls)[2]]:.1f} s now: "
-          f"{walls[list(walls)[1]] / walls[list(walls)[2]]:.2f}x faster")
+    print(f"first time: {first_s:.1f} s, of which compiling {compile_s:.1f} s; {figures} figures")
+    print(f"re-time: {before_s:.1f} s before, {now_s:.1f} s now: {before_s / now_s:.2f}x faster")
     print(f"figures refused by the re-time (moved above {search.TORCH_RECHECK_LIMIT}x or gone): "
           f"{refused(first, before)} before, {refused(first, now)} now")
     print("per figure: µs first / re-time before / re-time now (threads kept); compile s first / before / now")

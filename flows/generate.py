@@ -112,15 +112,15 @@ def generate_shard(shard: Shard, params, pool=None) -> list[dict]:
     for translated in prepared_ahead(chunks, partial(_translated, params=params), ahead=pool is not None):
         verdicts = verify_requests([request for *_, request in translated], pool)
         for (w, inst, tr, _), v in zip(translated, verdicts, strict=True):
-            pid = program_id(tr.program, tr.signature)
+            pid, verdict = program_id(tr.program, tr.signature), v.to_json()
             rows.setdefault(pid, {
                 "program_id": pid, "workload": w.name, "level": w.kind, "family": w.family,
                 "shape_params": json.dumps(inst.params, sort_keys=True), "dtype": inst.dtype,
                 "signature": tr.signature.dumps(), "leir": tr.text, "n_nests": len(tr.program.nests),
                 "source": "catalogue", "seed": seed, "verification_status": v.status,
-                "max_abs_err": v.to_json()["max_abs_err"], "shape_source": inst.shape_source,
+                "max_abs_err": verdict["max_abs_err"], "shape_source": inst.shape_source,
                 "work": estimate_work(w, inst.params),
-                "rounding_share": v.to_json()["tolerance_share"] if v.passed else None})
+                "rounding_share": verdict["tolerance_share"] if v.passed else None})
     return [rows[k] for k in sorted(rows)]
 
 
