@@ -1,17 +1,21 @@
-"""The search stage's PyTorch references, first time and re-time, on catalogue modules in one session:
-`python benchmarks/bench_references.py [--families N] [--modes default max-autotune]`.
+"""The search stage's PyTorch references, first time and re-time, in one session:
+`python benchmarks/bench_references.py [--families N] [--lake PATH] [--modes default max-autotune]
+[--full-re-time]`.
 
 The stage (flows.search.references) times PyTorch eager and `torch.compile` on every searched program in
-a fresh process, then re-times them in a second fresh process and refuses a figure that moved. This
-benchmark runs that path (flows.search.torch_references) three times on the same modules: the first
-time, the re-time as it was (both thread counts, 0.5 s each: the baseline) and the re-time at the
-thread count each figure kept (RECHECK_RUN_TIME). It prints each process's wall time, the ratio of the
-two re-times, and how many figures each re-time would refuse (ratio to the first time above
-TORCH_RECHECK_LIMIT): a shorter re-time that refused more would be no gain.
+a fresh process, then re-times them in a second fresh process at the thread count each figure kept
+(RECHECK_RUN_TIME) and refuses a figure that moved by more than TORCH_RECHECK_LIMIT. This benchmark
+runs that path (flows.search.torch_references) on the same modules: the first time and the re-time,
+and with `--full-re-time` a third process that times everything again as the first did (both thread
+counts, 0.5 s each: the re-time before it was shortened, the baseline named). It prints each process's
+wall time, how many figures each re-time would refuse, and each figure's window medians (the figures
+are timed in windows that take turns; the fastest is kept): on a shared VM they show the host's speeds.
 
 The modules: per workload family (catalogue order), its first workload's release-profile instance 0 in
 float32, as the stage's `by_family` choice takes one float32 program per family (its choice is the
 one with the most work, which needs the lake; this one does not). `--families 0`: all 38 families.
+`--lake PATH`: the programs the search stage of the build with that lake chooses, in its order (the
+release profile's: 42 programs).
 """
 from __future__ import annotations
 
@@ -43,6 +47,15 @@ def programs(params, families: int) -> list[dict]:
     return out[:families] if families else out
 
 
+def lake_programs(params, lake: str, families: int) -> list[dict]:
+    """The programs the search stage chooses in `lake`, in the order it times them."""
+    from flows.storage import read_table
+
+    chosen = search.select_programs(read_table(Path(lake), "programs").to_pylist(), search.search_params(params))
+    rows = sorted((p for f in sorted(chosen) for p in chosen[f]), key=lambda p: search._pin_order(p, params))
+    return rows[:families] if families else rows
+
+
 def refused(first: dict, again: dict) -> int:
     """Figures the re-time `again` refuses (gone, or moved by more than the stage's limit); a figure
     refused for its own spread is not counted: no re-time changes that."""
@@ -55,11 +68,15 @@ def refused(first: dict, again: dict) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--families", type=int, default=8, help="this many families (0: all 38); default 8")
+    ap.add_argument("--families", type=int, default=8,
+                    help="this many families, or of --lake's programs (0: all); default 8")
+    ap.add_argument("--lake", help="a built lake: time the programs its search stage chooses")
+    ap.add_argument("--full-re-time", action="store_true",
+                    help="a third process that times everything as the first did (the baseline)")
     ap.add_argument("--modes", nargs="*", default=list(COMPILE_MODES), help="torch.compile modes (none: eager only)")
     args = ap.parse_args()
     params = load_params(profile="release")
-    rows = programs(params, args.families)
+    rows = lake_programs(params, args.lake, args.families) if args.lake else programs(params, args.families)
     modes = tuple(args.modes)
     print(f"{len(rows)} modules, eager + torch.compile {', '.join(modes) or '(none)'}", flush=True)
     def timed(label: str, kept=None) -> tuple[dict, float]:
@@ -70,26 +87,28 @@ def main() -> int:
         return found, wall
 
     first, first_s = timed("first")
-    before, before_s = timed("re-time, both thread counts (before)")
-    now, now_s = timed("re-time, the kept thread count (now)", kept_threads(first))
+    now, now_s = timed("re-time, the kept thread count (the stage's)", kept_threads(first))
+    full, full_s = timed("re-time, both thread counts (--full-re-time)") if args.full_re_time else ({}, 0.0)
     compile_s = sum(r.get(k) or 0 for r in first.values() if isinstance(r, dict)
                     for k in ("torch_compile_s", "torch_compile_max_autotune_s"))
     figures = sum(1 for r in first.values() if isinstance(r, dict) for p in search.TORCH_PREFIXES if r.get(f"{p}_us"))
     print(f"first time: {first_s:.1f} s, of which compiling {compile_s:.1f} s; {figures} figures")
-    print(f"re-time: {before_s:.1f} s before, {now_s:.1f} s now: {before_s / now_s:.2f}x faster")
-    print(f"figures refused by the re-time (moved above {search.TORCH_RECHECK_LIMIT}x or gone): "
-          f"{refused(first, before)} before, {refused(first, now)} now")
-    print("per figure: µs first / re-time before / re-time now (threads kept); compile s first / before / now")
+    print(f"re-time: {now_s:.1f} s" + (f"; the full re-time {full_s:.1f} s ({full_s / now_s:.2f}x)" if full else ""))
+    print(f"figures refused by the re-time (moved above {search.TORCH_RECHECK_LIMIT}x or gone): {refused(first, now)}"
+          + (f"; by the full re-time: {refused(first, full)}" if full else ""))
+    print("per figure: µs first / re-time [/ full re-time] (threads kept); compile s first / re-time [/ full]")
     for pid, row in first.items():
         if not isinstance(row, dict):
             continue
         for p in search.TORCH_PREFIXES:
             if row.get(f"{p}_us"):
-                figures = [r.get(pid, {}) if isinstance(r.get(pid), dict) else {} for r in (before, now)]
+                figures = [r.get(pid, {}) if isinstance(r.get(pid), dict) else {} for r in (now, full) if r]
                 again = " / ".join(f"{f.get(f'{p}_us') or float('nan'):.1f}" for f in figures)
                 built = " / ".join(f"{f.get(f'{p}_s') or float('nan'):.2f}" for f in (row, *figures))
                 print(f"  {pid:40s} {p:28s} {row[f'{p}_us']:.1f} / {again} ({row[f'{p}_threads']})"
                       + (f"; {built}" if p != "torch_eager" else ""))
+                print(" " * 44 + "windows: " + " / ".join(
+                    " ".join(f"{w:.1f}" for w in f.get(f"{p}_us_by_window") or []) for f in (row, *figures)))
     failed = {pid: r for pid, r in first.items() if isinstance(r, str)}
     for pid, why in sorted(failed.items()):
         print(f"  no reference: {pid}: {why}")

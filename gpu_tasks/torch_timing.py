@@ -7,9 +7,11 @@ the slowest thread, and a thread that another busy process has descheduled costs
 thread nothing waits. A user on a busy machine sets the thread count; the reference does the same.
 
 Each figure is the median of `torch.utils.benchmark` blocks of at least 10 ms of back-to-back calls,
-with the block count and the spread (interquartile range over the median). The compiled module is
-built with one compile thread (no pool of compile workers left running beside the timing), its
-compile time is reported, and it is checked against eager on the same inputs before it is timed.
+with the block count and the spread (interquartile range over the median), in the fastest of WINDOWS
+windows that take turns with every other figure of the process (a shared VM's CPU runs at two speeds
+for seconds at a time). The compiled module is built with one compile thread (no pool of compile
+workers left running beside the timing), its compile time is reported, and it is checked against
+eager on the same inputs before it is timed.
 `process_threads` is the timing process's thread count before it times: what shares its cores from
 inside.
 
@@ -28,7 +30,7 @@ import os
 import statistics
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 COMPILE_MODES = ("default", "max-autotune")
 
@@ -71,13 +73,14 @@ def page_faults() -> int:
 
 @dataclass(frozen=True)
 class TorchTime:
-    us: float                    # median µs per call with the faster thread count
+    us: float                    # the fastest window's median µs per call, with the faster thread count
     threads: int                 # that thread count
-    runs: int                    # timed blocks (each of `number` calls)
+    runs: int                    # timed blocks (each of `number` calls), all windows together
     number: int                  # calls per block
-    spread: float                # interquartile range / median
-    us_by_threads: dict          # {threads: median µs}
+    spread: float                # interquartile range / median of the kept window's blocks
+    us_by_threads: dict          # {threads: its fastest window's median µs}
     faults_per_call: float       # minor page faults per call over the kept thread count's blocks
+    us_by_window: list           # the kept thread count's window medians, in the order they were timed
 
     def to_row(self, prefix: str) -> dict:
         row = asdict(self)
@@ -97,56 +100,114 @@ def process_threads() -> int:
 
 BLOCK_S = 1e-2  # each timed block runs the call back to back for at least this long
 
+# Each figure is timed in this many windows, round-robin over every figure of the process, and its
+# fastest window's median kept. A shared 2-core VM runs at two speeds that last from a fraction of a
+# second to tens of seconds: a fixed pure-Python loop took 9.3 ms or 17.5 ms, and a float32 exp 720 or
+# 960 µs, in turn (benchmarks/bench_host.py). One window of 0.5 s caught one of them; the figure and
+# its re-time in another process then differed by up to 1.4x. Windows spread over the process's whole
+# timing phase are each a chance to catch the fast speed; all of them are in `us_by_window`.
+WINDOWS = 3
 
-def time_callable(fn, inputs, min_run_time: float = 0.5, cores: int | None = None,
-                  at_threads: int | None = None) -> TorchTime:
-    """`fn(*inputs)` timed with one thread and with `cores` (every core) threads; the faster kept.
-    Blocks of at least BLOCK_S (a 100 µs call timed one at a time spreads by a third from jitter
-    alone; 2 ms blocks on a noisy 2-core VM by a quarter), at least 5 of them and `min_run_time`
-    seconds in all per thread count. `at_threads`: that thread count alone (a re-time of a figure
-    whose thread count is known)."""
+
+@dataclass
+class _Figure:
+    """One callable at one thread count, timed one window at a time."""
+    fn: object
+    inputs: tuple
+    threads: int
+    number: int = 0
+    windows: list = field(default_factory=list)  # each window's block medians
+    faults: int = 0
+
+    def time_window(self, run_time: float) -> None:
+        """Blocks of at least BLOCK_S (a 100 µs call timed one at a time spreads by a third from jitter
+        alone; 2 ms blocks on a noisy 2-core VM by a quarter), at least 5 of them and `run_time`
+        seconds in all, after 10 calls of warm-up (the first calls, and the caches the other figures'
+        windows took)."""
+        import torch
+        from torch.utils import benchmark
+
+        # the thread count is set once for all the blocks: set per block (as Timer.timeit does when it
+        # differs), resizing the OpenMP pool cost 0.7 ms a block
+        torch.set_num_threads(self.threads)
+        timer = benchmark.Timer(stmt="f(*x)", globals={"f": self.fn, "x": self.inputs}, num_threads=self.threads)
+        timer.timeit(10)
+        if not self.number:  # sized once, by the first window
+            self.number = max(1, math.ceil(BLOCK_S / max(timer.timeit(10).median, 1e-9)))
+        blocks, deadline, faults = [], time.perf_counter() + run_time, page_faults()
+        while len(blocks) < 5 or time.perf_counter() < deadline:
+            blocks.append(timer.timeit(self.number).median)
+        self.faults += page_faults() - faults
+        self.windows.append(blocks)
+
+    def fastest(self) -> tuple[float, list[float]]:
+        """(the fastest window's median in seconds, that window's blocks)."""
+        return min(((statistics.median(b), b) for b in self.windows), key=lambda mb: mb[0])
+
+
+def time_callables(calls: dict, cores: int | None = None, windows: int = WINDOWS) -> dict:
+    """{key: TorchTime, or why it has none} of `calls` ({key: (fn, inputs, threads or None, seconds)}):
+    each call with one thread and with `cores` (every core) threads, or with `threads` alone where
+    given (a re-time of a figure whose thread count is known), the faster kept; `seconds` per thread
+    count, in `windows` windows, round-robin over every call and thread count (WINDOWS)."""
     import torch
-    from torch.utils import benchmark
 
     cores = cores or max(1, os.cpu_count() or 1)
-    found = {}
+    figures = {key: [_Figure(fn, inputs, t) for t in ([threads] if threads else sorted({1, cores}))]
+               for key, (fn, inputs, threads, _) in calls.items()}
+    failed: dict[str, str] = {}
     before = torch.get_num_threads()
     try:
         with torch.no_grad():
-            for threads in ([at_threads] if at_threads else sorted({1, cores})):
-                # the thread count is set once for all the blocks: set per block (as Timer.timeit does
-                # when it differs), resizing the OpenMP pool cost 0.7 ms a block
-                torch.set_num_threads(threads)
-                timer = benchmark.Timer(stmt="f(*x)", globals={"f": fn, "x": inputs}, num_threads=threads)
-                timer.timeit(10)  # warms the call up (its first calls are several times slower)
-                one = timer.timeit(10).median  # sizes the blocks
-                number = max(1, math.ceil(BLOCK_S / max(one, 1e-9)))
-                blocks, deadline, faults = [], time.perf_counter() + min_run_time, page_faults()
-                while len(blocks) < 5 or time.perf_counter() < deadline:
-                    blocks.append(timer.timeit(number).median)
-                found[threads] = (number, blocks, (page_faults() - faults) / (number * len(blocks)))
+            for _ in range(windows):
+                for key, figs in figures.items():
+                    try:
+                        if key not in failed:
+                            for f in figs:
+                                f.time_window(calls[key][3] / windows)
+                    except Exception as e:  # reported in the row, never hidden
+                        failed[key] = describe(e)
     finally:
         torch.set_num_threads(before)
-    medians = {t: statistics.median(b) for t, (_, b, _) in found.items()}
-    threads = min(medians, key=medians.get)
-    number, blocks, faults = found[threads]
+    return {key: failed.get(key) or _summary(figs) for key, figs in figures.items()}
+
+
+def _summary(figs: list[_Figure]) -> TorchTime:
+    fastest = {f.threads: f.fastest() for f in figs}
+    kept = min(figs, key=lambda f: fastest[f.threads][0])
+    median, blocks = fastest[kept.threads]
     q1, _, q3 = statistics.quantiles(blocks, n=4) if len(blocks) > 1 else (blocks[0],) * 3
-    return TorchTime(us=medians[threads] * 1e6, threads=threads, runs=len(blocks), number=number,
-                     spread=(q3 - q1) / medians[threads] if medians[threads] > 0 else 0.0,
-                     us_by_threads={str(t): round(v * 1e6, 3) for t, v in sorted(medians.items())},
-                     faults_per_call=round(faults, 1))
+    runs = sum(map(len, kept.windows))
+    return TorchTime(us=median * 1e6, threads=kept.threads, runs=runs, number=kept.number,
+                     spread=(q3 - q1) / median if median > 0 else 0.0,
+                     us_by_threads={str(t): round(m * 1e6, 3) for t, (m, _) in sorted(fastest.items())},
+                     faults_per_call=round(kept.faults / (kept.number * runs), 1),
+                     us_by_window=[round(statistics.median(b) * 1e6, 3) for b in kept.windows])
+
+
+def time_callable(fn, inputs, min_run_time: float = 0.5, cores: int | None = None,
+                  at_threads: int | None = None, windows: int = WINDOWS) -> TorchTime:
+    """`fn(*inputs)` alone through time_callables (its windows one after another)."""
+    found = time_callables({"f": (fn, inputs, at_threads, min_run_time)}, cores, windows)["f"]
+    if isinstance(found, str):
+        raise RuntimeError(found)
+    return found
 
 
 def compiled(module, inputs, mode: str):
     """(`torch.compile(module, mode=mode)` after its first call, the seconds that took): compiled with
-    one compile thread, and refused (ValueError) when its output differs from eager's."""
+    one compile thread, and refused (ValueError) when its output differs from eager's. Static shapes,
+    as a user's one module with one input shape gets them, and no limit on recompilations: the
+    modules of one timing process stay compiled side by side (their windows take turns), so a module
+    of a class compiled before is compiled for its own shapes, never made dynamic or left to eager."""
     import torch
+    import torch._dynamo.config as dynamo
     import torch._inductor.config as inductor
 
     inductor.compile_threads = 1  # no compile-worker pool beside the timing
-    torch._dynamo.reset()
+    dynamo.recompile_limit = dynamo.accumulated_recompile_limit = 1 << 20
     start = time.perf_counter()
-    fn = torch.compile(module, mode=None if mode == "default" else mode)
+    fn = torch.compile(module, mode=None if mode == "default" else mode, dynamic=False)
     with torch.no_grad():
         got = fn(*inputs)
         seconds = time.perf_counter() - start
@@ -165,8 +226,8 @@ def prefix_of(mode: str) -> str:
 
 
 # A re-time (`kept`) times each figure with the thread count its first time kept, for this long: one
-# thread count and 0.15 s where the first time took two and 0.5 s each (its blocks still at least 5 of
-# BLOCK_S). It checks the figure, it does not choose again.
+# thread count and 0.15 s where the first time took two and 0.5 s each (in WINDOWS windows of at least
+# 5 blocks of BLOCK_S). It checks the figure, it does not choose again.
 RECHECK_RUN_TIME = 0.15
 
 
@@ -174,24 +235,45 @@ def reference_rows(built: dict, modes=COMPILE_MODES, min_run_time: float = 0.5,
                    kept: dict[str, dict[str, int]] | None = None) -> dict[str, dict | str]:
     """{key: the row's columns, or why there are none} for `built` ({key: (module, inputs)}): every
     eager figure first, before anything is compiled in this process (the threads a compilation
-    leaves behind moved a conv2d's eager time by 1.5x), then each compile mode: `torch_eager_*`,
-    `torch_compile_*` (default mode) and `torch_compile_max_autotune_*`, with `*_s` the compile time;
-    a mode that fails leaves its figures out and says why in `torch_errors`.
+    leaves behind moved a conv2d's eager time by 1.5x), then every module compiled in each mode, then
+    the compiled figures: `torch_eager_*`, `torch_compile_*` (default mode) and
+    `torch_compile_max_autotune_*`, with `*_s` the compile time; a mode that fails leaves its figures
+    out and says why in `torch_errors`. Each phase's figures take turns window by window (WINDOWS).
 
     `kept` ({key: {prefix: threads}}, the thread counts a first time kept): a re-time of those
     figures, each with its kept thread count alone for RECHECK_RUN_TIME seconds; a figure not in
     `kept` is not re-timed."""
-    out: dict[str, dict | str] = {}
+    import torch
+
+    def call(key: str, mode: str, fn, inputs) -> tuple:
+        threads = threads_of(kept, key, mode)
+        return fn, inputs, threads, RECHECK_RUN_TIME if threads else min_run_time
+
+    head = {"torch_process_threads": process_threads(), "torch_allocator": allocator()}
+    eager = time_callables({key: call(key, "eager", module, inputs) for key, (module, inputs) in built.items()})
+    out: dict[str, dict | str] = {key: {**head, **found.to_row("torch_eager")} if isinstance(found, TorchTime)
+                                  else found for key, found in eager.items()}
+    torch._dynamo.reset()
+    calls, errors = {}, {key: [] for key in out}
     for key, (module, inputs) in built.items():
-        try:
-            out[key] = eager_times(module, inputs, min_run_time, threads_of(kept, key, "eager"))
-        except Exception as e:  # reported, never hidden
-            out[key] = describe(e)
-    for key, (module, inputs) in built.items():
-        if isinstance(out[key], dict):
-            wanted = [m for m in modes if kept is None or threads_of(kept, key, m)]
-            out[key].update(compiled_times(module, inputs, wanted, min_run_time,
-                                           {m: threads_of(kept, key, m) for m in wanted}))
+        for mode in modes if isinstance(out[key], dict) else ():
+            if kept is not None and not threads_of(kept, key, mode):
+                continue  # a mode that kept no figure is not compiled again
+            try:
+                fn, seconds = compiled(module, inputs, mode)
+                calls[key, mode] = call(key, mode, fn, inputs)
+                out[key][f"{prefix_of(mode)}_s"] = round(seconds, 2)
+            except Exception as e:  # reported in the row, never hidden
+                errors[key].append(f"{mode}: {describe(e)}")
+    for (key, mode), found in time_callables(calls).items():
+        if isinstance(found, TorchTime):
+            out[key].update(found.to_row(prefix_of(mode)))
+        else:
+            out[key].pop(f"{prefix_of(mode)}_s")
+            errors[key].append(f"{mode}: {found}")
+    for key, row in out.items():
+        if isinstance(row, dict):
+            row["torch_errors"] = "; ".join(errors[key]) or None
     return out
 
 
@@ -210,31 +292,3 @@ def kept_threads(rows: dict[str, dict | str]) -> dict[str, dict[str, int]]:
 def describe(e: Exception) -> str:
     """`Type: the message's last line`, as a row says why it has no figure."""
     return f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
-
-
-def eager_times(module, inputs, min_run_time: float = 0.5, threads: int | None = None) -> dict:
-    """The `torch_eager_*` columns and the process's thread count before it timed; `threads`: a
-    re-time with that thread count alone (RECHECK_RUN_TIME)."""
-    run_time = RECHECK_RUN_TIME if threads else min_run_time
-    return {"torch_process_threads": process_threads(), "torch_allocator": allocator(),
-            **time_callable(module, inputs, run_time, at_threads=threads).to_row("torch_eager")}
-
-
-def compiled_times(module, inputs, modes=COMPILE_MODES, min_run_time: float = 0.5,
-                   threads: dict[str, int | None] | None = None) -> dict:
-    """The `torch_compile*` columns of each mode in `modes`, and `torch_errors`; `threads` ({mode:
-    thread count}): re-times with those thread counts alone (RECHECK_RUN_TIME)."""
-    row: dict = {}
-    errors = []
-    for mode in modes:
-        prefix = prefix_of(mode)
-        alone = (threads or {}).get(mode)
-        try:
-            fn, seconds = compiled(module, inputs, mode)
-            row.update(time_callable(fn, inputs, RECHECK_RUN_TIME if alone else min_run_time,
-                                     at_threads=alone).to_row(prefix))
-            row[f"{prefix}_s"] = round(seconds, 2)
-        except Exception as e:  # reported in the row, never hidden
-            errors.append(f"{mode}: {describe(e)}")
-    row["torch_errors"] = "; ".join(errors) or None
-    return row

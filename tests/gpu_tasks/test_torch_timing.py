@@ -58,3 +58,54 @@ def test_a_re_time_repeats_the_thread_count_each_figure_kept_and_only_the_figure
     assert list(again["k"]["torch_eager_us_by_threads"]) == ["1"] and again["k"]["torch_eager_threads"] == 1
     assert again["k"]["torch_eager_runs"] >= 5 and again["k"]["torch_eager_us"] > 0
     assert "torch_compile_us" not in again["k"]  # the default mode kept no figure: not compiled, not re-timed
+
+
+def test_figures_take_turns_window_by_window_and_each_keeps_its_fastest_window():
+    from gpu_tasks.torch_timing import WINDOWS, time_callables
+
+    log = []
+
+    def named(name):
+        def fn():
+            if not log or log[-1] != name:
+                log.append(name)
+        return fn
+
+    found = time_callables({"a": (named("a"), (), 1, 0.03), "b": (named("b"), (), 1, 0.03)})
+    assert log == ["a", "b"] * WINDOWS  # a window of a, one of b, and again: never all of a's at once
+    for t in found.values():
+        assert len(t.us_by_window) == WINDOWS and t.threads == 1 and list(t.us_by_threads) == ["1"]
+        assert abs(t.us - min(t.us_by_window)) < 1e-3 and t.runs >= 5 * WINDOWS
+
+
+def test_a_callable_that_fails_names_its_error_and_leaves_the_others_timed():
+    from gpu_tasks.torch_timing import time_callables
+
+    def bad():
+        raise ZeroDivisionError("no")
+
+    found = time_callables({"ok": (lambda: None, (), 1, 0.01), "bad": (bad, (), 1, 0.01)})
+    assert found["bad"] == "ZeroDivisionError: no" and found["ok"].us > 0
+
+
+def test_modules_of_one_class_stay_compiled_side_by_side_for_their_own_shapes():
+    """Every compiled figure of a process is timed after all are compiled: a later compilation must
+    not invalidate an earlier one (a recompilation during the timing)."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    from gpu_tasks.torch_timing import WINDOWS, reference_rows
+
+    class Scale(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x) * 2.0
+
+    built = {"small": (Scale(), (torch.randn(4, 16),)), "large": (Scale(), (torch.randn(8, 32),))}
+    counters.clear()
+    rows = reference_rows(built, ("default",), min_run_time=0.03)
+    # one graph per module and thread count (Inductor's CPU code is built for a thread count), made in
+    # the first window: none compiled again in the windows after
+    assert counters["stats"]["unique_graphs"] == 2 * len({1, os.cpu_count()})
+    for row in rows.values():
+        assert row["torch_errors"] is None and row["torch_compile_us"] > 0 and row["torch_compile_s"] > 0
+        assert len(row["torch_compile_us_by_window"]) == WINDOWS == len(row["torch_eager_us_by_window"])
