@@ -8,8 +8,8 @@ thread nothing waits. A user on a busy machine sets the thread count; the refere
 
 Each figure is the median of `torch.utils.benchmark` blocks of at least 10 ms of back-to-back calls,
 with the block count and the spread (interquartile range over the median), in the fastest of WINDOWS
-windows that take turns with every other figure of the process (a shared VM's CPU runs at two speeds
-for seconds at a time). The compiled module is built with one compile thread (no pool of compile
+windows; eager figures take turns window by window (a shared VM's CPU runs at two speeds for seconds
+at a time). The compiled module is built with one compile thread (no pool of compile
 workers left running beside the timing), its compile time is reported, and it is checked against
 eager on the same inputs before it is timed.
 `process_threads` is the timing process's thread count before it times: what shares its cores from
@@ -100,12 +100,12 @@ def process_threads() -> int:
 
 BLOCK_S = 1e-2  # each timed block runs the call back to back for at least this long
 
-# Each figure is timed in this many windows, round-robin over every figure of the process, and its
+# Each figure is timed in this many windows, round-robin over the figures timed together, and its
 # fastest window's median kept. A shared 2-core VM runs at two speeds that last from a fraction of a
 # second to tens of seconds: a fixed pure-Python loop took 9.3 ms or 17.5 ms, and a float32 exp 720 or
 # 960 µs, in turn (benchmarks/bench_host.py). One window of 0.5 s caught one of them; the figure and
-# its re-time in another process then differed by up to 1.4x. Windows spread over the process's whole
-# timing phase are each a chance to catch the fast speed; all of them are in `us_by_window`.
+# its re-time in another process then differed by up to 1.4x. Windows spread over the eager phase
+# are each a chance to catch the fast speed; all of them are in `us_by_window`.
 WINDOWS = 3
 
 
@@ -196,18 +196,14 @@ def time_callable(fn, inputs, min_run_time: float = 0.5, cores: int | None = Non
 
 def compiled(module, inputs, mode: str):
     """(`torch.compile(module, mode=mode)` after its first call, the seconds that took): compiled with
-    one compile thread, and refused (ValueError) when its output differs from eager's. Static shapes,
-    as a user's one module with one input shape gets them, and no limit on recompilations: the
-    modules of one timing process stay compiled side by side (their windows take turns), so a module
-    of a class compiled before is compiled for its own shapes, never made dynamic or left to eager."""
+    one compile thread, and refused (ValueError) when its output differs from eager's."""
     import torch
-    import torch._dynamo.config as dynamo
     import torch._inductor.config as inductor
 
     inductor.compile_threads = 1  # no compile-worker pool beside the timing
-    dynamo.recompile_limit = dynamo.accumulated_recompile_limit = 1 << 20
+    torch._dynamo.reset()
     start = time.perf_counter()
-    fn = torch.compile(module, mode=None if mode == "default" else mode, dynamic=False)
+    fn = torch.compile(module, mode=None if mode == "default" else mode)
     with torch.no_grad():
         got = fn(*inputs)
         seconds = time.perf_counter() - start
@@ -235,15 +231,14 @@ def reference_rows(built: dict, modes=COMPILE_MODES, min_run_time: float = 0.5,
                    kept: dict[str, dict[str, int]] | None = None) -> dict[str, dict | str]:
     """{key: the row's columns, or why there are none} for `built` ({key: (module, inputs)}): every
     eager figure first, before anything is compiled in this process (the threads a compilation
-    leaves behind moved a conv2d's eager time by 1.5x), then every module compiled in each mode, then
-    the compiled figures: `torch_eager_*`, `torch_compile_*` (default mode) and
-    `torch_compile_max_autotune_*`, with `*_s` the compile time; a mode that fails leaves its figures
-    out and says why in `torch_errors`. Each phase's figures take turns window by window (WINDOWS).
+    leaves behind moved a conv2d's eager time by 1.5x), taking turns window by window (WINDOWS), then
+    each module in each compile mode, timed right after its compilation: `torch_eager_*`,
+    `torch_compile_*` (default mode) and `torch_compile_max_autotune_*`, with `*_s` the compile time;
+    a mode that fails leaves its figures out and says why in `torch_errors`.
 
     `kept` ({key: {prefix: threads}}, the thread counts a first time kept): a re-time of those
     figures, each with its kept thread count alone for RECHECK_RUN_TIME seconds; a figure not in
     `kept` is not re-timed."""
-    import torch
 
     def call(key: str, mode: str, fn, inputs) -> tuple:
         threads = threads_of(kept, key, mode)
@@ -253,27 +248,26 @@ def reference_rows(built: dict, modes=COMPILE_MODES, min_run_time: float = 0.5,
     eager = time_callables({key: call(key, "eager", module, inputs) for key, (module, inputs) in built.items()})
     out: dict[str, dict | str] = {key: {**head, **found.to_row("torch_eager")} if isinstance(found, TorchTime)
                                   else found for key, found in eager.items()}
-    torch._dynamo.reset()
-    calls, errors = {}, {key: [] for key in out}
     for key, (module, inputs) in built.items():
-        for mode in modes if isinstance(out[key], dict) else ():
+        if not isinstance(out[key], dict):
+            continue
+        errors = []
+        for mode in modes:
             if kept is not None and not threads_of(kept, key, mode):
                 continue  # a mode that kept no figure is not compiled again
             try:
+                # each compiled figure alone, right after its compilation (its windows back to back): a
+                # re-time of compiled modules that stayed side by side ran 1.2-1.6x slower than their
+                # first time, eager unmoved, for a reason not found
                 fn, seconds = compiled(module, inputs, mode)
-                calls[key, mode] = call(key, mode, fn, inputs)
+                found = time_callables({mode: call(key, mode, fn, inputs)})[mode]
+                if isinstance(found, str):
+                    raise RuntimeError(found)
+                out[key].update(found.to_row(prefix_of(mode)))
                 out[key][f"{prefix_of(mode)}_s"] = round(seconds, 2)
             except Exception as e:  # reported in the row, never hidden
-                errors[key].append(f"{mode}: {describe(e)}")
-    for (key, mode), found in time_callables(calls).items():
-        if isinstance(found, TorchTime):
-            out[key].update(found.to_row(prefix_of(mode)))
-        else:
-            out[key].pop(f"{prefix_of(mode)}_s")
-            errors[key].append(f"{mode}: {found}")
-    for key, row in out.items():
-        if isinstance(row, dict):
-            row["torch_errors"] = "; ".join(errors[key]) or None
+                errors.append(f"{mode}: {describe(e)}")
+        out[key]["torch_errors"] = "; ".join(errors) or None
     return out
 
 

@@ -88,11 +88,8 @@ def test_a_callable_that_fails_names_its_error_and_leaves_the_others_timed():
     assert found["bad"] == "ZeroDivisionError: no" and found["ok"].us > 0
 
 
-def test_modules_of_one_class_stay_compiled_side_by_side_for_their_own_shapes():
-    """Every compiled figure of a process is timed after all are compiled: a later compilation must
-    not invalidate an earlier one (a recompilation during the timing)."""
+def test_each_compiled_figure_is_timed_in_its_windows_right_after_its_compilation():
     import torch
-    from torch._dynamo.utils import counters
 
     from gpu_tasks.torch_timing import WINDOWS, reference_rows
 
@@ -101,11 +98,8 @@ def test_modules_of_one_class_stay_compiled_side_by_side_for_their_own_shapes():
             return torch.relu(x) * 2.0
 
     built = {"small": (Scale(), (torch.randn(4, 16),)), "large": (Scale(), (torch.randn(8, 32),))}
-    counters.clear()
     rows = reference_rows(built, ("default",), min_run_time=0.03)
-    # one graph per module and thread count (Inductor's CPU code is built for a thread count), made in
-    # the first window: none compiled again in the windows after
-    assert counters["stats"]["unique_graphs"] == 2 * len({1, os.cpu_count()})
     for row in rows.values():
         assert row["torch_errors"] is None and row["torch_compile_us"] > 0 and row["torch_compile_s"] > 0
         assert len(row["torch_compile_us_by_window"]) == WINDOWS == len(row["torch_eager_us_by_window"])
+        assert abs(row["torch_compile_us"] - min(row["torch_compile_us_by_window"])) < 1e-3
