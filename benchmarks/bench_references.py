@@ -8,8 +8,8 @@ a fresh process, then re-times them in a second fresh process at the thread coun
 runs that path (flows.search.torch_references) on the same modules: the first time and the re-time,
 and with `--full-re-time` a third process that times everything again as the first did (both thread
 counts, 0.5 s each: the re-time before it was shortened, the baseline named). It prints each process's
-wall time, how many figures each re-time would refuse, and each figure's window medians (the figures
-are timed in windows that take turns; the fastest is kept): on a shared VM they show the host's speeds.
+wall time, how many figures each re-time would refuse, and each figure's window medians (the fastest
+is kept; eager figures take turns window by window): on a shared VM they show the host's speeds.
 
 The modules: per workload family (catalogue order), its first workload's release-profile instance 0 in
 float32, as the stage's `by_family` choice takes one float32 program per family (its choice is the
