@@ -12,8 +12,8 @@ reports/search.{json,png} with PyTorch eager and MetaSchedule reference times si
   did not write. The `trajectories` rows name those step ids.
 - References: PyTorch eager and `torch.compile` (`torch_compile_modes`) on every searched program (the
   catalogue module, float32; `gpu_tasks/torch_timing.py`: one thread and every core, the faster kept,
-  each in windows that take turns with the other figures, the fastest kept, with its runs and
-  spread), timed first in a fresh process and again in a second one at the end of
+  each in 3 windows, the fastest kept (eager figures take turns), with its runs and spread), timed
+  first in a fresh process and again in a second one at the end of
   the stage: a figure whose spread or re-time is off by more than TORCH_SPREAD_LIMIT /
   TORCH_RECHECK_LIMIT is refused (`*_check`), never compared or plotted; on the first `reference_programs`
   (in the profile's pinned order) MetaSchedule on the same function the search times: the TensorIR

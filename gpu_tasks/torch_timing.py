@@ -186,9 +186,9 @@ def _summary(figs: list[_Figure]) -> TorchTime:
 
 
 def time_callable(fn, inputs, min_run_time: float = 0.5, cores: int | None = None,
-                  at_threads: int | None = None, windows: int = WINDOWS) -> TorchTime:
+                  at_threads: int | None = None) -> TorchTime:
     """`fn(*inputs)` alone through time_callables (its windows one after another)."""
-    found = time_callables({"f": (fn, inputs, at_threads, min_run_time)}, cores, windows)["f"]
+    found = time_callables({"f": (fn, inputs, at_threads, min_run_time)}, cores)["f"]
     if isinstance(found, str):
         raise RuntimeError(found)
     return found
@@ -240,12 +240,13 @@ def reference_rows(built: dict, modes=COMPILE_MODES, min_run_time: float = 0.5,
     figures, each with its kept thread count alone for RECHECK_RUN_TIME seconds; a figure not in
     `kept` is not re-timed."""
 
-    def call(key: str, mode: str, fn, inputs) -> tuple:
+    def run_of(key: str, mode: str) -> tuple[int | None, float]:
+        """(the thread count to time `key`'s `mode` figure with, None for both; for how long)."""
         threads = threads_of(kept, key, mode)
-        return fn, inputs, threads, RECHECK_RUN_TIME if threads else min_run_time
+        return threads, RECHECK_RUN_TIME if threads else min_run_time
 
     head = {"torch_process_threads": process_threads(), "torch_allocator": allocator()}
-    eager = time_callables({key: call(key, "eager", module, inputs) for key, (module, inputs) in built.items()})
+    eager = time_callables({key: (module, inputs, *run_of(key, "eager")) for key, (module, inputs) in built.items()})
     out: dict[str, dict | str] = {key: {**head, **found.to_row("torch_eager")} if isinstance(found, TorchTime)
                                   else found for key, found in eager.items()}
     for key, (module, inputs) in built.items():
@@ -260,10 +261,8 @@ def reference_rows(built: dict, modes=COMPILE_MODES, min_run_time: float = 0.5,
                 # re-time of compiled modules that stayed side by side ran 1.2-1.6x slower than their
                 # first time, eager unmoved, for a reason not found
                 fn, seconds = compiled(module, inputs, mode)
-                found = time_callables({mode: call(key, mode, fn, inputs)})[mode]
-                if isinstance(found, str):
-                    raise RuntimeError(found)
-                out[key].update(found.to_row(prefix_of(mode)))
+                threads, run_time = run_of(key, mode)
+                out[key].update(time_callable(fn, inputs, run_time, at_threads=threads).to_row(prefix_of(mode)))
                 out[key][f"{prefix_of(mode)}_s"] = round(seconds, 2)
             except Exception as e:  # reported in the row, never hidden
                 errors.append(f"{mode}: {describe(e)}")
