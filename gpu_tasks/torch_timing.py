@@ -238,7 +238,7 @@ def reference_rows(built: dict, modes=COMPILE_MODES, min_run_time: float = 0.5,
 
     `kept` ({key: {prefix: threads}}, the thread counts a first time kept): a re-time of those
     figures, each with its kept thread count alone for RECHECK_RUN_TIME seconds; a figure not in
-    `kept` is not re-timed."""
+    `kept` is not re-timed (nor its module compiled in that mode)."""
 
     def run_of(key: str, mode: str) -> tuple[int | None, float]:
         """(the thread count to time `key`'s `mode` figure with, None for both; for how long)."""
@@ -246,9 +246,11 @@ def reference_rows(built: dict, modes=COMPILE_MODES, min_run_time: float = 0.5,
         return threads, RECHECK_RUN_TIME if threads else min_run_time
 
     head = {"torch_process_threads": process_threads(), "torch_allocator": allocator()}
-    eager = time_callables({key: (module, inputs, *run_of(key, "eager")) for key, (module, inputs) in built.items()})
-    out: dict[str, dict | str] = {key: {**head, **found.to_row("torch_eager")} if isinstance(found, TorchTime)
-                                  else found for key, found in eager.items()}
+    eager = time_callables({key: (module, inputs, *run_of(key, "eager")) for key, (module, inputs) in built.items()
+                            if kept is None or threads_of(kept, key, "eager")})
+    out: dict[str, dict | str] = {key: dict(head) for key in built}
+    for key, found in eager.items():
+        out[key] = {**head, **found.to_row("torch_eager")} if isinstance(found, TorchTime) else found
     for key, (module, inputs) in built.items():
         if not isinstance(out[key], dict):
             continue

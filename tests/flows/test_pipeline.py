@@ -137,7 +137,7 @@ def test_search_stage_links_trajectories_to_their_steps_and_grounds_every_state(
     assert sorted(r["program_id"] for r in refs) == searched  # PyTorch eager on every searched program
     assert all(r["error"] is None and r["torch_eager_us"] > 0 for r in refs)
     # timed again in a second fresh process; the verdict is in the row (the tiny profile compiles nothing)
-    assert all(r["torch_eager_recheck_us"] > 0 and (r["torch_eager_check"] == "ok" or
+    assert all(r["torch_eager_recheck_us"][0] > 0 and (r["torch_eager_check"] == "ok" or
                                                    r["torch_eager_check"].startswith("refused: ")) for r in refs)
     assert all(r["torch_compile_us"] is None for r in refs)
     assert all(r["metaschedule_us"] is None for r in refs)  # the tiny profile skips tuning (metaschedule_trials: 0)

@@ -158,18 +158,52 @@ def test_the_second_process_re_times_each_figure_at_the_thread_count_it_kept(fak
     modes = tuple(search.DEFAULTS["torch_compile_modes"])
     assert calls == [(modes, None), (modes, {"p1": {"torch_eager": 1, "torch_compile": 2}})]  # p2 failed: not again
     assert rows[0]["torch_eager_check"] == rows[0]["torch_compile_check"] == "ok" and rows[1]["torch_eager_us"] is None
+    assert rows[0]["torch_eager_recheck_us"] == [40.0] and rows[0]["torch_eager_first_us"] == 40.0
+
+
+def test_a_figure_no_process_confirms_is_re_timed_alone_and_the_fastest_confirmed_figure_is_the_reference(
+        fake_parts, monkeypatch):
+    """The machine's slow speed in one process (first or re-time) costs a re-time, not the reference."""
+    eager = {"slow-retime": [40.0, 60.0, 41.0], "slow-first": [60.0, 40.0, 41.0], "never": [40.0, 4000.0, 90.0, 300.0],
+             "fast-once": [40.0, 60.0, 61.0, 62.0]}
+    calls = []
+
+    def timed(programs, params, modes, kept=None):
+        calls.append(kept)
+        n = len(calls) - 1
+        return {p["program_id"]: {"torch_eager_us": eager[p["program_id"]][n], "torch_eager_threads": 1,
+                                  "torch_eager_spread": 0.01} if kept is None or "torch_eager" in kept[p["program_id"]]
+                else {} for p in programs}
+
+    monkeypatch.setattr(search, "torch_references", timed)
+    rows = {r["program_id"]: r for r in search.references([{**PROGRAM, "program_id": k} for k in eager],
+                                                          load_params(), {**search.DEFAULTS, "reference_programs": 0})}
+    assert calls[1:] == [{k: {"torch_eager": 1} for k in eager}] * 2 + [{k: {"torch_eager": 1} for k in eager
+                                                                          if k in ("never", "fast-once")}]  # only the
+    # figures not confirmed yet: after 40 / 60 and 60 / 40 µs the two slow ones, then the two never confirmed
+    assert len(calls) == 1 + search.TORCH_RECHECKS
+    assert rows["slow-retime"]["torch_eager_us"] == 40.0 and rows["slow-retime"]["torch_eager_recheck_us"] == [60.0, 41.0]
+    assert rows["slow-first"]["torch_eager_us"] == 40.0 and rows["slow-first"]["torch_eager_first_us"] == 60.0
+    assert rows["slow-first"]["torch_eager_check"] == rows["slow-retime"]["torch_eager_check"] == "ok"
+    assert rows["never"]["torch_eager_check"] == ("refused: re-timed 4000.0, 90.0, 300.0 µs in 3 fresh processes "
+                                                 "against 40.0 µs (none within 1.3x of the fastest)")
+    assert rows["never"]["torch_eager_us"] == 40.0  # a refused figure keeps its first time, never plotted
+    # three re-times agree at 60-62 µs, but PyTorch ran it at 40 once: the slower figure is no reference
+    assert rows["fast-once"]["torch_eager_check"].startswith("refused: re-timed 60.0, 61.0, 62.0 µs")
 
 
 def test_a_reference_is_refused_when_it_is_spread_or_moves_in_a_second_process():
     first = {"torch_eager_us": 40.0, "torch_eager_spread": 0.05, "torch_compile_us": 30.0,
              "torch_compile_spread": 0.65, "torch_compile_max_autotune_us": None}
-    row = search.checked_references(first, {"torch_eager_us": 44.0, "torch_compile_us": 30.0})
-    assert row["torch_eager_check"] == "ok" and row["torch_eager_recheck_us"] == 44.0
+    row = search.checked_references(first, [{"torch_eager_us": 44.0, "torch_compile_us": 30.0}])
+    assert row["torch_eager_check"] == "ok" and row["torch_eager_recheck_us"] == [44.0]
+    assert row["torch_eager_us"] == 40.0  # the faster of the two that agree
     assert row["torch_compile_check"] == "refused: spread 0.65 above 0.5"
     assert "torch_compile_max_autotune_check" not in row  # nothing timed, nothing to check
-    moved = search.checked_references(first, {"torch_eager_us": 4000.0})
-    assert moved["torch_eager_check"].startswith("refused: re-timed 4000.0 µs in a fresh process against 40.0 µs")
-    lost = search.checked_references(first, "timing process: BrokenProcessPool: gone")
+    moved = search.checked_references(first, [{"torch_eager_us": 4000.0}])
+    assert moved["torch_eager_check"] == "refused: re-timed 4000.0 µs in 1 fresh process against 40.0 µs " \
+                                         "(none within 1.3x of the fastest)"
+    lost = search.checked_references(first, ["timing process: BrokenProcessPool: gone"])
     assert lost["torch_eager_check"] == "refused: no re-time (timing process: BrokenProcessPool: gone)"
 
 

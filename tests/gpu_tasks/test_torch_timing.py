@@ -58,6 +58,8 @@ def test_a_re_time_repeats_the_thread_count_each_figure_kept_and_only_the_figure
     assert list(again["k"]["torch_eager_us_by_threads"]) == ["1"] and again["k"]["torch_eager_threads"] == 1
     assert again["k"]["torch_eager_runs"] >= 5 and again["k"]["torch_eager_us"] > 0
     assert "torch_compile_us" not in again["k"]  # the default mode kept no figure: not compiled, not re-timed
+    only_compiled = reference_rows({"k": (module, inputs)}, (), kept={"k": {"torch_compile": 1}})
+    assert "torch_eager_us" not in only_compiled["k"] and only_compiled["k"]["torch_errors"] is None  # eager not named
 
 
 def test_figures_take_turns_window_by_window_and_each_keeps_its_fastest_window():
