@@ -309,6 +309,7 @@ def recheck(timed: list[dict], first: dict[str, dict], params: Params, modes) ->
 
     retimes: dict[str, list[dict | str]] = {p["program_id"]: [] for p in timed}
     pending = kept_threads({p["program_id"]: first[p["program_id"]] for p in timed})
+    start = time.perf_counter()
     for attempt in range(TORCH_RECHECKS):
         pending = {pid: threads for pid, threads in pending.items() if threads}
         if not pending:
@@ -323,6 +324,10 @@ def recheck(timed: list[dict], first: dict[str, dict], params: Params, modes) ->
         pending = {pid: {prefix: t for prefix, t in threads.items()
                          if str(checked[pid].get(f"{prefix}_check")).startswith("refused: re-timed")}
                    for pid, threads in pending.items()}
+    if timed:
+        left = sum(map(len, pending.values()))
+        say(f"search: PyTorch re-times: {time.perf_counter() - start:.1f} s in {max(map(len, retimes.values()))} "
+            f"processes; {left} figure{'s' if left != 1 else ''} not confirmed")
     return retimes
 
 
