@@ -252,9 +252,9 @@ def _torch_times(programs: list[dict], params: Params, modes: tuple[str, ...],
 
 # A PyTorch reference is refused (kept in the row with the reason, never plotted or compared) when its
 # interquartile range exceeds this share of its median (not a measurement), or when no second fresh
-# process comes within this factor of the fastest figure (a starved thread pool: hundreds of times off). On a noisy
-# 2-core VM the blocks of a well-behaved 35 µs layernorm spread by 0.2-0.5 while its medians in two
-# processes agreed within 10%.
+# process comes within this factor of the fastest figure (a starved thread pool: hundreds of times
+# off). On a noisy 2-core VM the blocks of a well-behaved 35 µs layernorm spread by 0.2-0.5 while its
+# medians in two processes agreed within 10%.
 TORCH_SPREAD_LIMIT = 0.5
 TORCH_RECHECK_LIMIT = 1.3
 # Re-times in fresh processes at the end of the stage, each of the figures not confirmed yet. One was
